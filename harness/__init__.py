@@ -1,0 +1,1 @@
+"""kvscope's CLI, load-test orchestration, analysis, reports and advisor."""
