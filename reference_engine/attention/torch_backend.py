@@ -1,0 +1,56 @@
+"""Pure-torch paged attention: gathers keys and values through the block table.
+
+This is the specification the Triton kernels are tested against, and the CPU fast path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference_engine.attention.kv_cache import LayerKVCache
+from reference_engine.attention.metadata import AttentionMetadata
+
+
+def write_kv(key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_mapping: torch.Tensor) -> None:
+    """Scatter `key`/`value` `[T, num_kv_heads, head_dim]` into their slots; slot -1 is padding."""
+    valid = slot_mapping >= 0
+    slots = slot_mapping[valid]
+    block_size = cache.block_size
+    blocks, offsets = slots // block_size, slots % block_size
+    cache.key[blocks, offsets] = key[valid].to(cache.key.dtype)
+    cache.value[blocks, offsets] = value[valid].to(cache.value.dtype)
+
+
+def gather_kv(cache: LayerKVCache, block_table: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `seq_len` tokens of one sequence's K and V, `[seq_len, num_kv_heads, head_dim]`, fp32."""
+    block_size = cache.block_size
+    num_blocks = (seq_len + block_size - 1) // block_size
+    ids = block_table[:num_blocks].long()
+    k = cache.key[ids].reshape(-1, *cache.key.shape[2:])[:seq_len]
+    v = cache.value[ids].reshape(-1, *cache.value.shape[2:])[:seq_len]
+    return k.float(), v.float()
+
+
+def paged_attention(query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """Causal attention of `query` `[T, num_heads, head_dim]` over each sequence's paged context.
+
+    Query row i of sequence b sits at position `seq_len_b - query_len_b + i` and sees
+    context positions `0 .. that position`.
+    """
+    out = torch.empty_like(query)
+    num_heads, num_kv_heads = query.shape[1], cache.key.shape[2]
+    group = num_heads // num_kv_heads
+    start = 0
+    for b, (seq_len, q_len) in enumerate(zip(meta.seq_lens_host, meta.query_lens_host)):
+        q = query[start : start + q_len].float()  # [q, H, D]
+        k, v = gather_kv(cache, meta.block_tables[b], seq_len)  # [s, KVH, D]
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,shd->hqs", q, k) * scale
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)[:, None]
+        k_pos = torch.arange(seq_len, device=query.device)[None, :]
+        scores.masked_fill_(k_pos > q_pos, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        out[start : start + q_len] = torch.einsum("hqs,shd->qhd", probs, v).to(query.dtype)
+        start += q_len
+    return out

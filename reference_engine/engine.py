@@ -1,0 +1,258 @@
+"""The engine loop: add requests, step, abort; sampling results become sequence outputs.
+
+Torch-free on purpose: the forward pass sits behind an `Executor`, so the same engine
+(scheduler, block pool, stop handling, statistics) runs the real model or the simulator's
+cost model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from reference_engine.detokenizer import IncrementalDetokenizer
+from reference_engine.engine_stats import EngineStats
+from reference_engine.kv_manager import KVCacheManager, cdiv
+from reference_engine.request import Request, RequestStatus
+from reference_engine.sampling_params import InvalidRequestError, SamplingParams
+from reference_engine.scheduler import Scheduler, SchedulerLimits
+from reference_engine.scheduler_output import SchedulerOutput
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What an executor returns for one step.
+
+    `sampled[rid]`: tokens for each chunk with samples=True (n of them for a request's
+    first sample when it asks for n > 1). `logprobs[rid]`: one entry per sampled token.
+    `prompt_logprobs[rid]`: {position: logprob of prompt token at that position}.
+    """
+
+    sampled: dict[str, list[int]]
+    logprobs: dict[str, list[TokenLogprob]] = field(default_factory=dict)
+    prompt_logprobs: dict[str, dict[int, TokenLogprob]] = field(default_factory=dict)
+
+
+class Executor(Protocol):
+    def execute(self, out: SchedulerOutput) -> StepResult: ...
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+@dataclass(slots=True)
+class SequenceOutput:
+    """News about one sequence (one choice) after a step."""
+
+    request: Request
+    new_token_ids: list[int]
+    new_text: str
+    new_logprobs: list[TokenLogprob]
+    finished: bool
+    finish_reason: str | None = None
+
+    @property
+    def index(self) -> int:
+        return self.request.index
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    request_id: str
+    prompt_token_ids: list[int]
+    choices: list[Request]
+    texts: list[str]
+    prompt_logprobs: dict[int, TokenLogprob]
+
+
+@dataclass(slots=True)
+class _Group:
+    """All sequences of one API request (n choices) and their text state."""
+
+    sequences: list[Request]
+    detokenizers: dict[str, IncrementalDetokenizer]
+    prompt_logprobs: dict[int, TokenLogprob] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.sequences) == self.sequences[0].sampling_params.n and all(s.is_finished for s in self.sequences)
+
+
+class LLMEngine:
+    def __init__(
+        self, *, executor: Executor, tokenizer: Tokenizer, num_blocks: int, block_size: int,
+        max_model_len: int, max_num_seqs: int, max_num_batched_tokens: int, enable_prefix_caching: bool,
+        contiguous: bool, watermark: float, eos_token_ids: tuple[int, ...], vocab_size: int,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.executor = executor
+        self.tokenizer = tokenizer
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.eos_token_ids = eos_token_ids
+        self.vocab_size = vocab_size
+        self.clock = clock
+        self.kv = KVCacheManager(
+            num_blocks, block_size, enable_prefix_caching,
+            reserve_tokens=max_model_len if contiguous else None,
+            watermark_blocks=int(watermark * num_blocks),
+        )
+        if contiguous and cdiv(max_model_len, block_size) > self.kv.usable_blocks:
+            raise InvalidRequestError(
+                f"KV pool too small for even one request: contiguous allocation reserves "
+                f"{cdiv(max_model_len, block_size)} blocks per request but only {self.kv.usable_blocks} exist"
+            )
+        self.scheduler = Scheduler(SchedulerLimits(max_num_seqs, max_num_batched_tokens, max_model_len), self.kv)
+        self.groups: dict[str, _Group] = {}
+        self.stats = EngineStats(num_blocks=num_blocks, block_size=block_size)
+        self._ids = itertools.count()
+
+    # -- admission -------------------------------------------------------------------
+
+    def add_request(
+        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
+        arrival_time: float | None = None,
+    ) -> Request:
+        """Validate and queue a request. Raises InvalidRequestError and changes nothing on bad input."""
+        params.validate()
+        request_id = request_id or f"req-{next(self._ids)}"
+        if request_id in self.groups:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        self._check_prompt(token_ids, params)
+        request = Request(
+            request_id=request_id, token_ids=token_ids, num_prompt_tokens=len(token_ids), sampling_params=params,
+            arrival_time=self.clock() if arrival_time is None else arrival_time, eos_token_ids=self.eos_token_ids,
+        )
+        self.groups[request_id] = _Group([request], {request_id: self._detokenizer(params)})
+        self.scheduler.add_request(request)
+        return request
+
+    def _check_prompt(self, token_ids: list[int], params: SamplingParams) -> None:
+        if not token_ids:
+            raise InvalidRequestError("the prompt is empty", "prompt")
+        if any(not isinstance(t, int) or not 0 <= t < self.vocab_size for t in token_ids):
+            raise InvalidRequestError(f"prompt token ids must be integers in [0, {self.vocab_size})", "prompt")
+        if len(token_ids) >= self.max_model_len:
+            raise InvalidRequestError(
+                f"the prompt has {len(token_ids)} tokens, but max_model_len is {self.max_model_len} "
+                "(the prompt must leave room for at least one output token)", "prompt",
+            )
+        longest = min(len(token_ids) + params.max_tokens, self.max_model_len)
+        if cdiv(longest, self.block_size) > self.kv.usable_blocks:
+            raise InvalidRequestError(
+                f"KV pool too small for this request: {longest} tokens need {cdiv(longest, self.block_size)} "
+                f"blocks of {self.block_size} tokens, the pool has {self.kv.usable_blocks}", "max_tokens",
+            )
+
+    def _detokenizer(self, params: SamplingParams) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self.tokenizer.decode, list(params.stop))
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[SequenceOutput]:
+        out = self.scheduler.schedule()
+        self.stats.record_schedule(out, self.scheduler, self.kv)
+        if out.is_empty:
+            return []
+        result = self.executor.execute(out)
+        self.scheduler.update_from_output(out, result.sampled)
+        now = self.clock()
+        outputs: list[SequenceOutput] = []
+        for chunk in out.chunks:
+            request = chunk.request
+            group = self.groups.get(request.group_id)
+            if group is None or request.is_finished:
+                continue
+            for pos, lp in result.prompt_logprobs.get(request.request_id, {}).items():
+                group.prompt_logprobs.setdefault(pos, lp)
+            if not chunk.samples:
+                continue
+            tokens = result.sampled[request.request_id]
+            logprobs = result.logprobs.get(request.request_id, [])
+            if request.first_token_time is None:
+                request.first_token_time = now
+            self.stats.generation_tokens += len(tokens)
+            if request.num_output_tokens == 1 and request.index == 0:
+                self.stats.prompt_tokens += request.num_prompt_tokens
+                self._fork_siblings(request, group, tokens[1:], logprobs[1:])
+                outputs.extend(self._emit(s, group, [s.token_ids[-1]], logprobs[s.index : s.index + 1])
+                               for s in group.sequences[1:])
+            outputs.append(self._emit(request, group, [tokens[0]], logprobs[:1]))
+        self._drop_finished_groups()
+        return outputs
+
+    def _fork_siblings(self, parent: Request, group: _Group, tokens: list[int], logprobs: list[TokenLogprob]) -> None:
+        for i, token in enumerate(tokens, start=1):
+            child = Request(
+                request_id=f"{parent.request_id}#{i}", token_ids=parent.token_ids[:-1] + [token],
+                num_prompt_tokens=parent.num_prompt_tokens, sampling_params=parent.sampling_params,
+                arrival_time=parent.arrival_time, group_id=parent.group_id, index=i,
+                num_cached_tokens=parent.num_cached_tokens, eos_token_ids=parent.eos_token_ids,
+                first_token_time=parent.first_token_time,
+            )
+            self.scheduler.fork(parent, child)
+            group.sequences.append(child)
+            group.detokenizers[child.request_id] = self._detokenizer(parent.sampling_params)
+
+    def _emit(self, seq: Request, group: _Group, new_tokens: list[int], logprobs: list[TokenLogprob]) -> SequenceOutput:
+        detok = group.detokenizers[seq.request_id]
+        detok.add(new_tokens)
+        reason = self._finish_reason(seq, new_tokens[-1])
+        cut = detok.find_stop()
+        if cut >= 0:
+            reason = "stop"
+        if reason is not None:
+            self.scheduler.finish(seq, RequestStatus(reason))
+        text = detok.take(final=reason is not None, cut=cut)
+        return SequenceOutput(seq, new_tokens, text, logprobs, reason is not None, reason)
+
+    def _finish_reason(self, seq: Request, token: int) -> str | None:
+        params = seq.sampling_params
+        if not params.ignore_eos and token in seq.eos_token_ids and seq.num_output_tokens > params.min_tokens:
+            return "stop"
+        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def _drop_finished_groups(self) -> None:
+        for gid in [gid for gid, g in self.groups.items() if g.finished]:
+            del self.groups[gid]
+
+    def abort(self, request_id: str) -> bool:
+        """Abort every sequence of a request and free its blocks now. False if unknown."""
+        group = self.groups.pop(request_id, None)
+        if group is None:
+            return False
+        for seq in group.sequences:
+            self.scheduler.finish(seq, RequestStatus.FINISHED_ABORTED)
+        self.stats.aborted += 1
+        return True
+
+    def generate(self, prompts: list[str | list[int]], params: SamplingParams) -> list[GenerationResult]:
+        """Run prompts to completion (the convenience API); results in prompt order."""
+        pending = {self.add_request(p, params).request_id: i for i, p in enumerate(prompts)}
+        groups = {rid: self.groups[rid] for rid in pending}
+        while any(not g.finished for g in groups.values()):
+            self.step()
+        results = []
+        for rid, group in groups.items():
+            seqs = sorted(group.sequences, key=lambda s: s.index)
+            texts = [group.detokenizers[s.request_id].final_text(group.detokenizers[s.request_id].find_stop()) for s in seqs]
+            results.append(GenerationResult(rid, seqs[0].prompt_token_ids, seqs, texts, group.prompt_logprobs))
+        return results

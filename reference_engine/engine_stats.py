@@ -1,0 +1,48 @@
+"""Engine statistics, updated once per step (what `--json` prints and /metrics reads)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from reference_engine.kv_manager import KVCacheManager
+    from reference_engine.scheduler import Scheduler
+    from reference_engine.scheduler_output import SchedulerOutput
+
+
+@dataclass(slots=True)
+class EngineStats:
+    num_blocks: int
+    block_size: int
+    steps: int = 0
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_usage: float = 0.0
+    peak_kv_usage: float = 0.0
+    num_preemptions: int = 0
+    prefix_cache_queries: int = 0  # tokens, first admissions only
+    prefix_cache_hits: int = 0
+    preempted_prefix_cache_queries: int = 0  # tokens looked up again by resumed requests
+    preempted_prefix_cache_hits: int = 0
+    last_step_tokens: int = 0
+    scheduled_tokens: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    aborted: int = 0
+
+    def record_schedule(self, out: SchedulerOutput, scheduler: Scheduler, kv: KVCacheManager) -> None:
+        self.steps += not out.is_empty
+        self.num_running = len(scheduler.running)
+        self.num_waiting = len(scheduler.waiting)
+        self.kv_usage = kv.pool.usage()
+        self.peak_kv_usage = max(self.peak_kv_usage, self.kv_usage)
+        self.num_preemptions = scheduler.num_preemptions
+        ps = kv.prefix_stats
+        self.prefix_cache_queries, self.prefix_cache_hits = ps.queries, ps.hits
+        self.preempted_prefix_cache_queries, self.preempted_prefix_cache_hits = ps.preempted_queries, ps.preempted_hits
+        self.last_step_tokens = out.num_batched_tokens
+        self.scheduled_tokens += out.num_batched_tokens
+
+    def as_dict(self) -> dict:
+        return asdict(self)
