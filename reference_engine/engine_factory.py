@@ -1,0 +1,75 @@
+"""Build a real-model engine from an EngineConfig: load weights, size and allocate the KV
+pool, pick the attention backend, wire runner, sampler and scheduler together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reference_engine.config import ConfigError, EngineConfig
+from reference_engine.engine import LLMEngine
+from reference_engine.model.registry import LoadedModel, load_model
+
+
+@dataclass(slots=True)
+class BuiltEngine:
+    engine: LLMEngine
+    loaded: LoadedModel
+    model_name: str
+    max_model_len: int
+    num_blocks: int
+    kv_cache_dtype: str
+    bytes_per_block: int
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+
+def size_pool(config: EngineConfig, bytes_per_block: int) -> int:
+    """Blocks in the pool, the null block included (like vLLM's num_gpu_blocks)."""
+    if config.num_blocks is not None:
+        return config.num_blocks
+    if config.kv_cache_memory is not None:
+        num_blocks = config.kv_cache_memory // bytes_per_block
+        if num_blocks < 2:
+            raise ConfigError(
+                f"kv_cache_memory of {config.kv_cache_memory} bytes holds {num_blocks} blocks of "
+                f"{bytes_per_block} bytes; at least 2 are needed"
+            )
+        return num_blocks
+    return config.default_num_blocks
+
+
+def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> BuiltEngine:
+    """Raises ConfigError or ModelLoadError, before any request can be accepted."""
+    from reference_engine.attention.backend import get_attention_backend, validate_attention_config
+    from reference_engine.attention.kv_cache import allocate_kv_caches, kv_cache_bytes_per_block
+    from reference_engine.model_executor import ModelExecutor
+    from reference_engine.model_runner import ModelRunner
+
+    config.validate()
+    loaded = loaded or load_model(config.model, config.dtype, config.device, config.seed)
+    mc = loaded.config
+    backend = get_attention_backend(config.attention_backend, config.device)
+    validate_attention_config(backend, config.block_size, mc.head_dim, config.kv_cache_dtype, config.device)
+    max_model_len = config.max_model_len or mc.max_position_embeddings
+    if max_model_len > mc.max_position_embeddings:
+        raise ConfigError(f"max_model_len {max_model_len} exceeds the model's context of {mc.max_position_embeddings}")
+    bytes_per_block = kv_cache_bytes_per_block(
+        mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.kv_cache_dtype, config.dtype
+    )
+    num_blocks = size_pool(config, bytes_per_block)
+    caches = allocate_kv_caches(
+        mc.num_layers, num_blocks, config.block_size, mc.num_kv_heads, mc.head_dim,
+        kv_cache_dtype=config.kv_cache_dtype, model_dtype=config.dtype, device=config.device,
+    )
+    runner = ModelRunner(loaded, caches, config.block_size, backend)
+    eos = tuple(loaded.tokenizer.eos_token_ids)
+    engine = LLMEngine(
+        executor=ModelExecutor(runner, eos), tokenizer=loaded.tokenizer, num_blocks=num_blocks,
+        block_size=config.block_size, max_model_len=max_model_len, max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens, enable_prefix_caching=config.enable_prefix_caching,
+        contiguous=config.allocator == "contiguous", watermark=config.watermark, eos_token_ids=eos,
+        vocab_size=mc.vocab_size,
+    )
+    return BuiltEngine(engine, loaded, config.model, max_model_len, num_blocks, config.kv_cache_dtype, bytes_per_block)
