@@ -56,6 +56,8 @@ class KVCacheManager:
         self.reserve_tokens = reserve_tokens
         self.watermark_blocks = watermark_blocks
         self.req_blocks: dict[str, list[KVBlock]] = {}
+        # The same tables as block ids, kept in step so a decode step builds no lists.
+        self.req_block_ids: dict[str, list[int]] = {}
         self.prefix_stats = PrefixCacheStats()
         self.pending_copies: list[tuple[int, int]] = []
 
@@ -64,7 +66,7 @@ class KVCacheManager:
         return self.pool.num_blocks - 1
 
     def block_ids(self, request_id: str) -> list[int]:
-        return [b.block_id for b in self.req_blocks.get(request_id, ())]
+        return list(self.req_block_ids.get(request_id, ()))
 
     def get_computed_blocks(self, request: Request) -> list[KVBlock]:
         """Longest chain of cached full blocks that prefixes the request's tokens.
@@ -94,7 +96,15 @@ class KVCacheManager:
         self, request: Request, num_new_tokens: int, computed: list[KVBlock] | None = None,
         use_watermark: bool = False,
     ) -> list[int] | None:
-        blocks = self.req_blocks.get(request.request_id)
+        rid = request.request_id
+        blocks = self.req_blocks.get(rid)
+        if blocks and not computed:
+            # Fast path (nearly every decode step): the write stays inside one private block
+            # the request already holds.
+            first = request.num_computed_tokens // self.block_size
+            total = request.num_computed_tokens + num_new_tokens
+            if first < len(blocks) and total <= min(len(blocks), first + 1) * self.block_size and blocks[first].ref_cnt == 1:
+                return self.req_block_ids[rid]
         if computed:
             assert not blocks, "computed blocks only apply to a request with no blocks yet"
         computed = computed or []
@@ -109,13 +119,14 @@ class KVCacheManager:
         if needed + len(shared) + revived + reserve > self.pool.num_free_blocks:
             return None
         if blocks is None:
-            blocks = self.req_blocks[request.request_id] = []
+            blocks = self.req_blocks[rid] = []
         if computed:
             self.pool.touch(computed)
             blocks.extend(computed)
         self._copy_on_write(request, blocks, shared)
         blocks.extend(self.pool.get_new_blocks(needed))
-        return [b.block_id for b in blocks]
+        ids = self.req_block_ids[rid] = [b.block_id for b in blocks]
+        return ids
 
     def _shared_write_targets(self, request: Request, blocks: list[KVBlock] | None, total: int) -> list[int]:
         """Indices of blocks this step writes into that another table also holds (after a
@@ -146,10 +157,11 @@ class KVCacheManager:
         if not self.enable_caching:
             return
         blocks = self.req_blocks.get(request.request_id)
-        if not blocks:
-            return
+        num_full = min(request.num_computed_tokens // self.block_size, len(blocks or ()))
+        if num_full == 0 or blocks[num_full - 1].block_hash is not None:
+            return  # no block became full since the last call
         extend_block_hashes(request.block_hashes, request.token_ids, self.block_size)
-        num_full = min(request.num_computed_tokens // self.block_size, len(request.block_hashes), len(blocks))
+        num_full = min(num_full, len(request.block_hashes))
         bs = self.block_size
         for i in range(num_full - 1, -1, -1):
             if blocks[i].block_hash is not None:
@@ -161,9 +173,11 @@ class KVCacheManager:
         blocks = list(self.req_blocks[parent.request_id])
         self.pool.touch(blocks)
         self.req_blocks[child.request_id] = blocks
+        self.req_block_ids[child.request_id] = list(self.req_block_ids[parent.request_id])
 
     def free(self, request: Request) -> None:
         """Release in reverse order so the tail of a chain is evicted before its head."""
         blocks = self.req_blocks.pop(request.request_id, None)
+        self.req_block_ids.pop(request.request_id, None)
         if blocks:
             self.pool.free_blocks(list(reversed(blocks)))
