@@ -1,0 +1,1 @@
+"""The advisor: sizing arithmetic, workload evidence and what-if replays (import-light)."""
