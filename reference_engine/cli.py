@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from reference_engine.config import EngineConfig
+from reference_engine.config import ALLOCATORS, EngineConfig
 
 DEMO_PROMPTS = [
     "The capital of France is",
@@ -33,8 +33,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="most sequences running at once (default: %(default)s)")
     g.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens, help="token budget per step (default: %(default)s)")
     g.add_argument("--max-model-len", type=int, help="context limit per request (default: the model's)")
-    g.add_argument("--allocator", choices=("paged", "contiguous"), default=d.allocator,
-                   help="paged, or contiguous: reserve max-model-len per request up front, the pre-paging baseline")
+    g.add_argument("--allocator", choices=ALLOCATORS, default=d.allocator,
+                   help="paged; contiguous: reserve max-model-len per request up front (the pre-paging baseline); "
+                   "contiguous-oracle: reserve prompt + max-tokens (default: %(default)s)")
     g.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false", help="turn the prefix cache off")
     g.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=("auto", "float32", "float16", "bfloat16", "fp8", "int8"),
                    help="KV storage type; fp8 and int8 hold twice the tokens of 16-bit (default: %(default)s = model dtype)")

@@ -5,9 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-AllocatorMode = Literal["paged", "contiguous"]
+AllocatorMode = Literal["paged", "contiguous", "contiguous-oracle"]
 KVCacheDType = Literal["auto", "float32", "float16", "bfloat16", "fp8", "int8"]
 AttentionBackendName = Literal["auto", "torch", "triton"]
+
+
+# paged: blocks on demand. contiguous: each request reserves max_model_len tokens at
+# admission (the pre-paging systems the PagedAttention paper measures). contiguous-oracle:
+# reserves exactly prompt + max_tokens, the paper's bound for a system that knew each
+# request's true output length.
+ALLOCATORS = ("paged", "contiguous", "contiguous-oracle")
 
 
 class ConfigError(ValueError):
@@ -56,7 +63,7 @@ class EngineConfig:
             raise ConfigError(f"max_num_batched_tokens must be at least 1, got {self.max_num_batched_tokens}")
         if self.max_model_len is not None and self.max_model_len < 1:
             raise ConfigError(f"max_model_len must be at least 1, got {self.max_model_len}")
-        if self.allocator not in ("paged", "contiguous"):
-            raise ConfigError(f"allocator must be 'paged' or 'contiguous', got {self.allocator!r}")
+        if self.allocator not in ALLOCATORS:
+            raise ConfigError(f"allocator must be one of {', '.join(ALLOCATORS)}, got {self.allocator!r}")
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError(f"watermark must be in [0, 1), got {self.watermark}")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from reference_engine.config import AllocatorMode
 from reference_engine.detokenizer import IncrementalDetokenizer
 from reference_engine.engine_stats import EngineStats
 from reference_engine.kv_manager import KVCacheManager, cdiv
@@ -90,11 +91,20 @@ class _Group:
         return len(self.sequences) == self.sequences[0].sampling_params.n and all(s.is_finished for s in self.sequences)
 
 
+def reservation_policy(allocator: AllocatorMode, max_model_len: int) -> Callable[[Request], int] | None:
+    """Tokens a request reserves at admission under a contiguous allocator (None: paged)."""
+    if allocator == "contiguous":
+        return lambda request: max_model_len
+    if allocator == "contiguous-oracle":
+        return lambda request: min(request.num_prompt_tokens + request.sampling_params.max_tokens, max_model_len)
+    return None
+
+
 class LLMEngine:
     def __init__(
         self, *, executor: Executor, tokenizer: Tokenizer, num_blocks: int, block_size: int,
         max_model_len: int, max_num_seqs: int, max_num_batched_tokens: int, enable_prefix_caching: bool,
-        contiguous: bool, watermark: float, eos_token_ids: tuple[int, ...], vocab_size: int,
+        allocator: AllocatorMode, watermark: float, eos_token_ids: tuple[int, ...], vocab_size: int,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.executor = executor
@@ -106,10 +116,10 @@ class LLMEngine:
         self.clock = clock
         self.kv = KVCacheManager(
             num_blocks, block_size, enable_prefix_caching,
-            reserve_tokens=max_model_len if contiguous else None,
+            reservation=reservation_policy(allocator, max_model_len),
             watermark_blocks=int(watermark * num_blocks),
         )
-        if contiguous and cdiv(max_model_len, block_size) > self.kv.usable_blocks:
+        if allocator == "contiguous" and cdiv(max_model_len, block_size) > self.kv.usable_blocks:
             raise InvalidRequestError(
                 f"KV pool too small for even one request: contiguous allocation reserves "
                 f"{cdiv(max_model_len, block_size)} blocks per request but only {self.kv.usable_blocks} exist"

@@ -69,7 +69,7 @@ def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> Bui
         executor=ModelExecutor(runner, eos), tokenizer=loaded.tokenizer, num_blocks=num_blocks,
         block_size=config.block_size, max_model_len=max_model_len, max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens, enable_prefix_caching=config.enable_prefix_caching,
-        contiguous=config.allocator == "contiguous", watermark=config.watermark, eos_token_ids=eos,
+        allocator=config.allocator, watermark=config.watermark, eos_token_ids=eos,
         vocab_size=mc.vocab_size,
     )
     return BuiltEngine(engine, loaded, config.model, max_model_len, num_blocks, config.kv_cache_dtype, bytes_per_block)

@@ -12,6 +12,7 @@ returns None, changing nothing, when the pool cannot cover it: the scheduler the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from reference_engine.block_hash import extend_block_hashes
@@ -46,14 +47,14 @@ class PrefixCacheStats:
 class KVCacheManager:
     def __init__(
         self, num_blocks: int, block_size: int, enable_caching: bool = True,
-        reserve_tokens: int | None = None, watermark_blocks: int = 0,
+        reservation: Callable[[Request], int] | None = None, watermark_blocks: int = 0,
     ):
-        """`reserve_tokens` set: contiguous mode, each request reserves that many tokens'
+        """`reservation` set: contiguous mode, each request reserves that many tokens'
         blocks at admission (the pre-paging baseline) and never grows afterwards."""
         self.block_size = block_size
         self.pool = BlockPool(num_blocks, enable_caching)
         self.enable_caching = enable_caching
-        self.reserve_tokens = reserve_tokens
+        self.reservation = reservation
         self.watermark_blocks = watermark_blocks
         self.req_blocks: dict[str, list[KVBlock]] = {}
         # The same tables as block ids, kept in step so a decode step builds no lists.
@@ -88,8 +89,8 @@ class KVCacheManager:
         return hits
 
     def _blocks_needed(self, request: Request, total_tokens: int, num_held: int) -> int:
-        if self.reserve_tokens is not None:
-            total_tokens = max(total_tokens, self.reserve_tokens)
+        if self.reservation is not None:
+            total_tokens = max(total_tokens, self.reservation(request))
         return max(0, cdiv(total_tokens, self.block_size) - num_held)
 
     def allocate_slots(

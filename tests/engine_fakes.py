@@ -47,11 +47,11 @@ class CharTokenizer:
 
 
 def make_engine(num_blocks=64, block_size=4, max_model_len=256, max_num_seqs=16, max_num_batched_tokens=64,
-                enable_prefix_caching=True, contiguous=False, watermark=0.0) -> LLMEngine:
+                enable_prefix_caching=True, allocator="paged", watermark=0.0) -> LLMEngine:
     return LLMEngine(
         executor=ContextHashExecutor(), tokenizer=CharTokenizer(), num_blocks=num_blocks, block_size=block_size,
         max_model_len=max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        enable_prefix_caching=enable_prefix_caching, contiguous=contiguous, watermark=watermark,
+        enable_prefix_caching=enable_prefix_caching, allocator=allocator, watermark=watermark,
         eos_token_ids=(EOS,), vocab_size=VOCAB,
     )
 

@@ -34,9 +34,10 @@ def test_preemption_gives_identical_output():
 
 def test_paged_and_contiguous_give_identical_output():
     paged = make_engine(num_blocks=128, max_model_len=100)
-    contiguous = make_engine(num_blocks=128, max_model_len=100, contiguous=True)
-    assert run_all(paged) == run_all(contiguous)
-    assert contiguous.stats.peak_kv_usage > paged.stats.peak_kv_usage
+    contiguous = make_engine(num_blocks=128, max_model_len=100, allocator="contiguous")
+    oracle = make_engine(num_blocks=128, max_model_len=100, allocator="contiguous-oracle")
+    assert run_all(paged) == run_all(contiguous) == run_all(oracle)
+    assert contiguous.stats.peak_kv_usage > oracle.stats.peak_kv_usage > paged.stats.peak_kv_usage
 
 
 def test_chunked_prefill_gives_identical_output():
@@ -101,7 +102,7 @@ def test_bad_input_is_refused_and_the_engine_keeps_serving(prompt, params, match
 
 def test_contiguous_pool_too_small_for_one_request_is_a_clear_error():
     with pytest.raises(InvalidRequestError, match="too small for even one request"):
-        make_engine(num_blocks=10, block_size=4, max_model_len=256, contiguous=True)
+        make_engine(num_blocks=10, block_size=4, max_model_len=256, allocator="contiguous")
 
 
 def test_abort_frees_blocks_at_once():

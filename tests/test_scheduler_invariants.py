@@ -22,13 +22,13 @@ request_st = st.tuples(
     num_blocks=st.integers(18, 48),
     budget=st.integers(4, 64),
     caching=st.booleans(),
-    contiguous=st.booleans(),
+    allocator=st.sampled_from(["paged", "contiguous", "contiguous-oracle"]),
 )
-def test_invariants_hold_every_step(requests, arrivals, aborts, num_blocks, budget, caching, contiguous):
+def test_invariants_hold_every_step(requests, arrivals, aborts, num_blocks, budget, caching, allocator):
     max_model_len = 64
     engine = make_engine(num_blocks=num_blocks, block_size=4, max_model_len=max_model_len,
                          max_num_batched_tokens=budget, enable_prefix_caching=caching,
-                         contiguous=contiguous and num_blocks > 17, max_num_seqs=6)
+                         allocator=allocator if num_blocks > 17 else "paged", max_num_seqs=6)
     prefixes = {k: [(7 * k + j) % 90 + 1 for j in range(13)] for k in (1, 2, 3)}
     pending = sorted(((arrivals[i], i, r) for i, r in enumerate(requests)), key=lambda t: t[:2])
     abort_at = {step: idx for idx, step in aborts}
