@@ -14,35 +14,10 @@ import torch
 from reference_engine.attention.backend import AttentionBackend, TorchAttentionBackend
 from reference_engine.attention.kv_cache import LayerKVCache, copy_blocks
 from reference_engine.attention.metadata import AttentionMetadata
-from reference_engine.model.config import ModelConfig
 from reference_engine.scheduler_output import ScheduledChunk, SchedulerOutput
 
 if TYPE_CHECKING:
     from reference_engine.model.registry import LoadedModel
-
-_UNQUANTIZED_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
-
-def kv_bytes_per_block_unquantized(
-    config: ModelConfig, block_size: int, kv_dtype: str | torch.dtype, model_dtype: str = "float32"
-) -> int:
-    """Bytes one block takes for K and V across all layers, for unquantized KV dtypes.
-
-    `kv_dtype="auto"` means the model's dtype. fp8/int8 (with their scale tensors) are the
-    attention package's to size; they are refused here rather than guessed.
-    """
-    name = str(kv_dtype).removeprefix("torch.")
-    if name == "auto":
-        name = str(model_dtype).removeprefix("torch.")
-    if name not in _UNQUANTIZED_BYTES:
-        raise ValueError(f"kv_bytes_per_block_unquantized: {kv_dtype!r} is not an unquantized dtype")
-    per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * _UNQUANTIZED_BYTES[name]
-    return per_token * block_size
-
-
-# The name the lead's sizing code asks for; the explicit name above says what it covers.
-kv_bytes_per_block = kv_bytes_per_block_unquantized
-
 
 @dataclass(slots=True)
 class ModelOutput:

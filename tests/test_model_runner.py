@@ -10,7 +10,7 @@ import torch
 from reference_engine.attention.kv_cache import allocate_kv_caches
 from reference_engine.model import load_model
 from reference_engine.model.registry import LoadedModel
-from reference_engine.model_runner import ModelRunner, build_step_inputs, kv_bytes_per_block
+from reference_engine.model_runner import ModelRunner, build_step_inputs
 from reference_engine.request import Request
 from reference_engine.sampling_params import SamplingParams
 from reference_engine.scheduler_output import ScheduledChunk, SchedulerOutput
@@ -145,12 +145,3 @@ def test_prompt_logits_only_for_prompt_chunks_that_ask(tiny: LoadedModel):
     assert out3.prompt_logits == {}
 
 
-def test_kv_bytes_per_block():
-    from reference_engine.model.tiny_random import tiny_random_config
-
-    cfg = tiny_random_config()  # 2 layers x 2 KV heads x 16 dims
-    assert kv_bytes_per_block(cfg, 16, "float32") == 2 * 2 * 2 * 16 * 4 * 16
-    assert kv_bytes_per_block(cfg, 16, torch.bfloat16) == 2 * 2 * 2 * 16 * 2 * 16
-    assert kv_bytes_per_block(cfg, 32, "auto", model_dtype="float16") == 2 * 2 * 2 * 16 * 2 * 32
-    with pytest.raises(ValueError, match="not an unquantized dtype"):
-        kv_bytes_per_block(cfg, 16, "fp8")

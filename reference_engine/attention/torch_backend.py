@@ -1,6 +1,8 @@
 """Pure-torch paged attention: gathers keys and values through the block table.
 
 This is the specification the Triton kernels are tested against, and the CPU fast path.
+Quantized caches are quantized on store and dequantized to fp32 on gather, with the
+formats defined in the quantization module.
 """
 
 from __future__ import annotations
@@ -9,16 +11,34 @@ import torch
 
 from reference_engine.attention.kv_cache import LayerKVCache
 from reference_engine.attention.metadata import AttentionMetadata
+from reference_engine.attention.quantization import (
+    KVQuant,
+    calibrate_fp8_scales,
+    dequantize,
+    quantize_fp8,
+    quantize_int8,
+)
 
 
 def write_kv(key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_mapping: torch.Tensor) -> None:
     """Scatter `key`/`value` `[T, num_kv_heads, head_dim]` into their slots; slot -1 is padding."""
+    if key.shape[0] == 0:
+        return
+    quant = cache.quant
+    if quant == KVQuant.FP8_PER_TENSOR:
+        calibrate_fp8_scales(cache, key, value, slot_mapping)
     valid = slot_mapping >= 0
     slots = slot_mapping[valid]
     block_size = cache.block_size
     blocks, offsets = slots // block_size, slots % block_size
-    cache.key[blocks, offsets] = key[valid].to(cache.key.dtype)
-    cache.value[blocks, offsets] = value[valid].to(cache.value.dtype)
+    for x, data, scale in ((key, cache.key, cache.k_scale), (value, cache.value, cache.v_scale)):
+        x = x[valid]
+        if quant == KVQuant.FP8_PER_TENSOR:
+            data[blocks, offsets] = quantize_fp8(x, scale)
+        elif quant == KVQuant.INT8_PER_TOKEN_HEAD:
+            data[blocks, offsets], scale[blocks, offsets] = quantize_int8(x)
+        else:
+            data[blocks, offsets] = x.to(data.dtype)
 
 
 def gather_kv(cache: LayerKVCache, block_table: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -26,18 +46,22 @@ def gather_kv(cache: LayerKVCache, block_table: torch.Tensor, seq_len: int) -> t
     block_size = cache.block_size
     num_blocks = (seq_len + block_size - 1) // block_size
     ids = block_table[:num_blocks].long()
-    k = cache.key[ids].reshape(-1, *cache.key.shape[2:])[:seq_len]
-    v = cache.value[ids].reshape(-1, *cache.value.shape[2:])[:seq_len]
-    return k.float(), v.float()
+    out = []
+    for data, scale in ((cache.key, cache.k_scale), (cache.value, cache.v_scale)):
+        pages = data[ids].reshape(-1, *data.shape[2:])[:seq_len]
+        if cache.quant == KVQuant.INT8_PER_TOKEN_HEAD:
+            scale = scale[ids].reshape(-1, scale.shape[2])[:seq_len]
+        out.append(dequantize(pages, scale))
+    return out[0], out[1]
 
 
 def paged_attention(query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """Causal attention of `query` `[T, num_heads, head_dim]` over each sequence's paged context.
 
     Query row i of sequence b sits at position `seq_len_b - query_len_b + i` and sees
-    context positions `0 .. that position`.
+    context positions `0 .. that position`. Rows past the last sequence (padding) are zero.
     """
-    out = torch.empty_like(query)
+    out = torch.zeros_like(query)
     num_heads, num_kv_heads = query.shape[1], cache.key.shape[2]
     group = num_heads // num_kv_heads
     start = 0
