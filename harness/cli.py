@@ -13,6 +13,11 @@ import sys
 
 COMMAND_MODULES = (
     "reference_engine.cli",  # kvscope engine generate|serve
+    "exporter.cli",  # kvscope exporter [inspect]
+    "dashboards.cli",  # kvscope dashboards export|import
+    "harness.size_cli",  # kvscope size
+    "harness.run_cli",  # kvscope run|worker
+    "harness.advise_cli",  # kvscope advise DIR | --live URL
 )
 
 

@@ -1,0 +1,108 @@
+"""`kvscope exporter` (run the sidecar) and `kvscope exporter inspect` (read one exposition).
+
+Import-light: argparse only at import time; handlers import aiohttp and the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+DIALECT_CHOICES = ("auto", "vllm", "sglang", "trtllm", "tgi", "llamacpp", "lmdeploy")
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
+_SIZE = re.compile(r"^\s*([0-9]+)\s*(b|k|kb|kib|m|mb|mib)?\s*$", re.IGNORECASE)
+
+RUN_EPILOG = """\
+examples:
+  kvscope exporter --target http://127.0.0.1:8000/metrics
+  kvscope exporter --target a=http://gpu-a:8000 --target b=http://gpu-b:30000 --record runs/x/exporter
+  kvscope exporter inspect saved.prom --json
+  curl -s http://127.0.0.1:8000/metrics | kvscope exporter inspect -
+
+endpoints: /metrics (kvscope_* canonical metrics, see exporter/METRICS.md),
+/api/v1/targets, /api/v1/samples?target=NAME&since=UNIX_SECONDS, /healthz.
+Scrape it from Prometheus with honor_labels: true, so the exporter's `instance` label (the
+engine instance) is kept instead of being renamed to exported_instance.
+"""
+
+
+def duration(text: str) -> float:
+    """'1s', '500ms', '2m', '1.5' (seconds) -> seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 500ms, 1s, 2m)")
+    value = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    if value <= 0:
+        raise argparse.ArgumentTypeError("a duration must be positive")
+    return value
+
+
+def size(text: str) -> int:
+    """'10MiB', '512k', '1048576' -> bytes (k/m are binary multiples)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 10MiB, 512KiB)")
+    unit = (m.group(2) or "b").lower()
+    return int(m.group(1)) * (1 << 20 if unit.startswith("m") else 1 << 10 if unit.startswith("k") else 1)
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"--listen wants HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "exporter", help="scrape LLM servers' /metrics and re-export canonical kvscope_* metrics",
+        description="Scrape one or more paged LLM servers (vLLM, SGLang, TensorRT-LLM, TGI, llama.cpp, "
+                    "LMDeploy, the bundled reference engine), recognise each one's metric dialect, and "
+                    "re-export KV usage, capacity, prefix-cache reuse, preemptions, queueing and latency "
+                    "histograms under one set of names, with live advice.",
+        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", action="append", default=[], metavar="[NAME=]URL",
+                   help="a server's metrics URL (http or https; a bare host:port URL gets /metrics). "
+                        "NAME becomes the `target` label (default: host:port). Repeat for several servers.")
+    p.add_argument("--listen", type=listen_address, default=("127.0.0.1", 9400), metavar="HOST:PORT",
+                   help="where to serve /metrics and the JSON API (default 127.0.0.1:9400, loopback only)")
+    p.add_argument("--interval", type=duration, default=1.0, metavar="DURATION",
+                   help="scrape every DURATION, e.g. 1s, 500ms (default 1s)")
+    p.add_argument("--timeout", type=duration, default=None, metavar="DURATION",
+                   help="per-scrape time limit including a slow body (default 0.9 x interval)")
+    p.add_argument("--dialect", choices=DIALECT_CHOICES, default="auto",
+                   help="force the engine dialect instead of detecting it from metric names (default auto)")
+    p.add_argument("--window", type=duration, default=60.0, metavar="DURATION",
+                   help="window for the hit ratio, preemption rate and live advice (default 60s)")
+    p.add_argument("--max-body", type=size, default=10 << 20, metavar="SIZE",
+                   help="refuse expositions larger than SIZE after decompression (default 10MiB)")
+    p.add_argument("--record", type=Path, default=None, metavar="DIR",
+                   help="append every normalised sample to DIR/<target>.jsonl (one JSON object a line)")
+    p.set_defaults(func=run_exporter)
+    sub = p.add_subparsers(dest="exporter_command", metavar="SUBCOMMAND")
+    ip = sub.add_parser(
+        "inspect", help="read one exposition and print its dialect and canonical quantities",
+        description="Read one exposition (a file, - for stdin, or an http(s) URL), detect its dialect and "
+                    "print every canonical quantity per engine instance; null means the engine does not "
+                    "report it. Notes say what was approximated or missing.")
+    ip.add_argument("source", metavar="FILE_OR_URL", help="path, '-' for stdin, or http(s)://host:port/metrics")
+    ip.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ip.add_argument("--dialect", choices=DIALECT_CHOICES, default="auto", help="force the dialect")
+    ip.add_argument("--timeout", type=duration, default=10.0, metavar="DURATION",
+                    help="time limit when SOURCE is a URL (default 10s)")
+    ip.set_defaults(func=run_inspect)
+
+
+def run_exporter(args: argparse.Namespace) -> int:
+    from exporter.serve import serve
+
+    return serve(args)
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from exporter.inspect_cmd import inspect
+
+    return inspect(args.source, as_json=args.json, dialect=args.dialect, timeout=args.timeout,
+                   out=sys.stdout, err=sys.stderr)

@@ -1,0 +1,64 @@
+"""Run the exporter sidecar from parsed CLI arguments until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+
+from aiohttp import web
+
+from exporter.app import make_app
+from exporter.runner import Exporter, Options
+from exporter.scrape import Target, TargetError, parse_target
+
+
+def build_targets(specs: list[str]) -> list[Target]:
+    """Validate `--target` values; raises TargetError with a message fit for the user."""
+    if not specs:
+        raise TargetError("give at least one --target URL (e.g. --target http://127.0.0.1:8000/metrics)")
+    targets = [parse_target(s) for s in specs]
+    names = [t.name for t in targets]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise TargetError(f"duplicate target names {dupes}: give each one a name (NAME=URL)")
+    return targets
+
+
+async def _serve(exporter: Exporter, host: str, port: int) -> None:
+    runner = web.AppRunner(make_app(exporter), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    names = ", ".join(f"{s.target.name}={s.target.url}" for s in exporter.states)
+    print(f"kvscope exporter on http://{host}:{port}/metrics scraping {names}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        targets = build_targets(args.target)
+    except TargetError as e:
+        print(f"kvscope exporter: {e}", file=sys.stderr)
+        return 2
+    options = Options(interval=args.interval, timeout=args.timeout, max_bytes=args.max_body,
+                      dialect=args.dialect, window=args.window, record_dir=args.record)
+    host, port = args.listen
+    try:
+        asyncio.run(_serve(Exporter(targets, options), host, port))
+    except OSError as e:
+        print(f"kvscope exporter: cannot listen on {host}:{port}: {e}", file=sys.stderr)
+        return 1
+    return 0
