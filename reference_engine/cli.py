@@ -8,6 +8,7 @@ import sys
 import time
 
 from reference_engine.config import ALLOCATORS, EngineConfig
+from reference_engine.server.serve_cli import register_serve
 
 DEMO_PROMPTS = [
     "The capital of France is",
@@ -75,6 +76,7 @@ def register(subparsers) -> None:
     gen.add_argument("--json", action="store_true", help="print completions and statistics as JSON")
     gen.add_argument("prompts", nargs="*", metavar="PROMPT")
     gen.set_defaults(func=run_generate)
+    register_serve(sub)
 
 
 def run_generate(args: argparse.Namespace) -> int:
