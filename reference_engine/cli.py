@@ -45,6 +45,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default=d.dtype, choices=("float32", "float16", "bfloat16"), help="model compute dtype (default: %(default)s)")
     g.add_argument("--device", default=d.device, help="torch device (default: %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help="seed for tiny-random weights (default: %(default)s)")
+    g.add_argument("--num-threads", type=int, help="torch CPU threads (default: half the cores, at least 1)")
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -53,7 +54,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len, allocator=args.allocator, enable_prefix_caching=args.enable_prefix_caching,
         kv_cache_dtype=args.kv_cache_dtype, attention_backend=args.attention_backend, dtype=args.dtype,
-        device=args.device, seed=args.seed,
+        device=args.device, seed=args.seed, num_threads=args.num_threads,
     )
 
 

@@ -3,6 +3,7 @@ pool, pick the attention backend, wire runner, sampler and scheduler together.""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from reference_engine.config import ConfigError, EngineConfig
@@ -42,12 +43,15 @@ def size_pool(config: EngineConfig, bytes_per_block: int) -> int:
 
 def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> BuiltEngine:
     """Raises ConfigError or ModelLoadError, before any request can be accepted."""
+    import torch
+
     from reference_engine.attention.backend import get_attention_backend, validate_attention_config
     from reference_engine.attention.kv_cache import allocate_kv_caches, kv_cache_bytes_per_block
     from reference_engine.model_executor import ModelExecutor
     from reference_engine.model_runner import ModelRunner
 
     config.validate()
+    torch.set_num_threads(config.num_threads or max(1, (os.cpu_count() or 2) // 2))
     loaded = loaded or load_model(config.model, config.dtype, config.device, config.seed)
     mc = loaded.config
     backend = get_attention_backend(config.attention_backend, config.device)

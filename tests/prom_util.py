@@ -24,6 +24,8 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
+import yaml
+
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
@@ -142,3 +144,43 @@ def wait_for_query(base: str, promql: str, timeout: float = 30.0, predicate=bool
 def targets_health(base: str) -> list[dict]:
     """Prometheus's view of its scrape targets (health, lastError)."""
     return _get_json(f"{base}/api/v1/targets")["data"]["activeTargets"]
+
+
+SHIPPED_PROM_DIR = Path(__file__).resolve().parents[1] / "dashboards" / "prometheus"
+
+
+@contextlib.contextmanager
+def shipped_prometheus(tmp_path: Path, exporter_port: int, engine_port: int, rule_files: Sequence[Path] = ()):
+    """The shipped dashboards/prometheus/prometheus.yml with the test's targets, 1 s intervals
+    and the shipped alerts.yml (or `rule_files`).
+
+    Not start_prometheus: that writes its own config, and the point here is to run the
+    shipped one (honor_labels, the vllm relabel rule, rule_files)."""
+    config = yaml.safe_load((SHIPPED_PROM_DIR / "prometheus.yml").read_text())
+    config["global"] |= {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(p) for p in rule_files] or [str(SHIPPED_PROM_DIR / "alerts.yml")]
+    ports = {"kvscope-exporter": exporter_port, "llm-engine": engine_port}
+    for job in config["scrape_configs"]:
+        job["static_configs"] = [{"targets": [f"127.0.0.1:{ports[job['job_name']]}"]}]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if urllib.request.urlopen(f"{base}/-/ready", timeout=1).status == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()

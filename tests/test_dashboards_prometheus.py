@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import threading
 import time
 import urllib.request
@@ -30,8 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import yaml
-from prom_util import free_port, query
+from prom_util import query, shipped_prometheus
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from dashboards.generate import all_panel_queries, build_all
@@ -134,42 +132,6 @@ def serving(*registries_and_ticks):
             server.server_close()
 
 
-@contextmanager
-def prometheus(tmp_path: Path, exporter_port: int, engine_port: int):
-    """The shipped prometheus.yml with the test's targets, 1 s intervals and alerts.yml.
-
-    Not prom_util.start_prometheus: that writes its own config, and the point here is to
-    run the shipped one (honor_labels, the vllm relabel rule, rule_files)."""
-    config = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
-    config["global"] |= {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    config["rule_files"] = [str(PROM_DIR / "alerts.yml")]
-    ports = {"kvscope-exporter": exporter_port, "llm-engine": engine_port}
-    for job in config["scrape_configs"]:
-        job["static_configs"] = [{"targets": [f"127.0.0.1:{ports[job['job_name']]}"]}]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if urllib.request.urlopen(f"{base}/-/ready", timeout=1).status == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
-
-
 def rule_names(base: str) -> set[str]:
     with urllib.request.urlopen(f"{base}/api/v1/rules", timeout=10) as response:
         groups = json.load(response)["data"]["groups"]
@@ -186,7 +148,7 @@ def test_every_panel_query_returns_data_from_real_prometheus(tmp_path):
     queries = {(name, title, grafana_to_promql(expr))
                for name, model in dashboards.items() for title, expr in all_panel_queries(model)}
     with serving(exporter_registry(), engine_registry()) as (exporter_port, engine_port), \
-            prometheus(tmp_path, exporter_port, engine_port) as base:
+            shipped_prometheus(tmp_path, exporter_port, engine_port) as base:
         pending = set(queries)
         deadline = time.monotonic() + 45
         while pending and time.monotonic() < deadline:
