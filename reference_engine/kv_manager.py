@@ -75,7 +75,8 @@ class KVCacheManager:
         Capped at `num_tokens - 1`: the last token is always computed, because its logits
         are what the next token is sampled from.
         """
-        if not self.enable_caching:
+        if not self.enable_caching or request.sampling_params.prompt_logprobs is not None:
+            # Scoring a prompt needs logits at every prompt position, so nothing may be skipped.
             return []
         extend_block_hashes(request.block_hashes, request.token_ids, self.block_size)
         max_blocks = (request.num_tokens - 1) // self.block_size

@@ -57,7 +57,7 @@ class Sampler:
         if banned_token_ids:
             row = row.clone()
             row[list(banned_token_ids)] = float("-inf")
-        if params.temperature == 0.0:
+        if params.greedy:
             return [int(row.argmax())] * num_samples
         probs = torch.softmax(row / params.temperature, dim=-1)
         if params.top_p < 1.0:
@@ -81,6 +81,8 @@ def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose mass reaches `top_p` (at least one)."""
     sorted_probs, order = torch.sort(probs, descending=True)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-    sorted_probs[mass_before >= top_p] = 0.0
+    drop = mass_before >= top_p
+    drop[0] = False  # a top_p that rounds to 0 in float32 must still keep the best token
+    sorted_probs[drop] = 0.0
     kept = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
     return kept / kept.sum()

@@ -49,4 +49,6 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """Below vLLM's sampling epsilon, dividing logits by the temperature overflows to
+        inf and softmax gives NaN, so such temperatures mean greedy."""
+        return self.temperature < 1e-5

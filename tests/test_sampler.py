@@ -87,3 +87,10 @@ def test_logprobs(logits):
     assert [t for t, _ in result.top] == torch.topk(logits, 3).indices.tolist()
     assert result.top[0][1] >= result.top[1][1] >= result.top[2][1]
     assert Sampler().logprobs(logits, 3, 0).top == []
+
+
+def test_degenerate_temperature_and_top_p_never_give_nan(logits):
+    sampler = Sampler()
+    best = int(logits.argmax())
+    assert sampler.sample(logits, SamplingParams(temperature=1e-30), make_generator(1)) == [best]
+    assert sampler.sample(logits, SamplingParams(temperature=1.0, top_p=1e-45), make_generator(1)) == [best]

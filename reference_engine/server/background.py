@@ -1,0 +1,82 @@
+"""Run a server app on a background thread with its own event loop, for tests and benchmarks.
+
+Why a thread and not the caller's loop: synchronous clients (the official `openai` client,
+`urllib`) can then talk to the server from the calling thread, and the server's loop is
+never blocked by the test. The port is chosen by the OS (bind to port 0), so parallel runs
+never collide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import web
+
+from reference_engine.server.state import STATE, ServerState
+
+
+class BackgroundServer:
+    """`with BackgroundServer(app) as server: ... server.url ...`; stops the engine on exit."""
+
+    def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 0):
+        self.app = app
+        self.host = host
+        self.port = port
+        self.loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="kvscope-server", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def state(self) -> ServerState:
+        return self.app[STATE]
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._start())
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(self._runner.cleanup())
+        self.loop.close()
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    def start(self) -> BackgroundServer:
+        self._thread.start()
+        self._ready.wait(60)
+        if self._error is not None:
+            raise RuntimeError(f"server failed to start: {self._error}") from self._error
+        return self
+
+    def call(self, coro: Coroutine[Any, Any, Any], timeout: float = 60.0) -> Any:
+        """Run a coroutine on the server's loop (e.g. `app.drain`) and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(30)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,196 @@
+"""`/metrics` in vLLM V1's dialect: vLLM's names, types, units, labels and buckets.
+
+Why vLLM's dialect: dashboards, alert rules and the exporter's vLLM parser then work on the
+reference engine unchanged. Every family carries `model_name` (the served model name) and
+`engine="0"`, as vLLM V1 does for engine core 0.
+
+Where values come from:
+- gauges (running, waiting, KV usage) are read live from the scheduler and block pool at
+  scrape time, so an idle server reports 0 immediately after requests end or abort;
+- counters of engine work (prompt/generation tokens, prefix-cache queries/hits,
+  preemptions) advance by the engine's own `EngineStats` deltas after each step, so they
+  equal what the engine did, not what the server thinks it did;
+- histograms are observed per sequence (one choice of an n > 1 request is one sequence,
+  as in vLLM, where each choice is its own engine request), at its first token, each later
+  token, and when it finishes (stop, length or abort).
+
+Decision on `_created` series: vLLM V1 emits them; we do not. In the Prometheus text format
+they appear as separate gauge families (`..._created`) that double the series count and
+read as metrics of their own; vLLM V0 switched them off too. They are filtered from this
+registry's output only (prometheus_client's switch for them is process-global).
+
+Thread safety: the engine thread observes, the event loop renders; prometheus_client's
+metric objects lock internally, and the live gauges only read ints and list lengths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
+
+from reference_engine.engine_stats import EngineStats
+from reference_engine.request import Request
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+               40.0, 80.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+def build_1_2_5_buckets(max_value: int) -> list[int]:
+    """1, 2, 5, 10, 20, 50, ... up to max_value (vLLM's token-count buckets)."""
+    buckets, exponent = [], 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_value:
+                return buckets
+            buckets.append(value)
+        exponent += 1
+
+
+def cache_config_labels(block_size: int, num_gpu_blocks: int, cache_dtype: str, enable_prefix_caching: bool,
+                        allocator: str) -> dict[str, str]:
+    """`vllm:cache_config_info`'s labels, as strings the way vLLM renders them ("True")."""
+    return {"block_size": str(block_size), "num_gpu_blocks": str(num_gpu_blocks), "cache_dtype": cache_dtype,
+            "enable_prefix_caching": str(enable_prefix_caching), "allocator": allocator}
+
+
+@dataclass(frozen=True, slots=True)
+class LiveGauges:
+    """Readers for the scrape-time gauges; each must be cheap and safe from another thread."""
+
+    num_running: Callable[[], float]
+    num_waiting: Callable[[], float]
+    kv_usage: Callable[[], float]
+
+
+class _WithoutCreated:
+    """A collector view of a registry that drops `_created` samples (see the module doc)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in self.registry.collect():
+            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield metric
+
+
+class VllmMetrics:
+    """One registry per server (no process-global registry), rendered by `render()`."""
+
+    def __init__(self, model_name: str, max_model_len: int, cache_info: Mapping[str, str], live: LiveGauges):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._view = _WithoutCreated(self.registry)
+        labels = ("model_name", "engine")
+        values = (model_name, "0")
+        reg = self.registry
+
+        def gauge(name: str, doc: str, fn: Callable[[], float]) -> None:
+            Gauge(name, doc, labels, registry=reg).labels(*values).set_function(fn)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=reg).labels(*values)
+
+        def histogram(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
+            return Histogram(name, doc, labels, buckets=tuple(buckets), registry=reg).labels(*values)
+
+        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", live.num_running)
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", live.num_waiting)
+        gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", live.kv_usage)
+        self.prefix_cache_queries = counter("vllm:prefix_cache_queries",
+                                            "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_cache_hits = counter("vllm:prefix_cache_hits",
+                                         "Prefix cache hits, in terms of number of cached tokens.")
+        self.num_preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                          (*labels, "finished_reason"), registry=reg)
+        self.request_success = {r: success.labels(*values, r) for r in FINISH_REASONS}
+
+        token_buckets = build_1_2_5_buckets(max_model_len)
+        self.request_prompt_tokens = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+                                               token_buckets)
+        self.request_generation_tokens = histogram("vllm:request_generation_tokens",
+                                                   "Number of generation tokens processed.", token_buckets)
+        self.iteration_tokens = histogram("vllm:iteration_tokens_total",
+                                          "Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS)
+        self.request_num_preemptions = histogram("vllm:request_num_preemptions",
+                                                 "Number of preemptions per finished request.", PREEMPTION_BUCKETS)
+        self.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              TTFT_BUCKETS)
+        self.itl = histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                             ITL_BUCKETS)
+        self.e2e = histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                             REQUEST_LATENCY_BUCKETS)
+        self.queue_time = histogram("vllm:request_queue_time_seconds",
+                                    "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS)
+        self.inference_time = histogram("vllm:request_inference_time_seconds",
+                                        "Histogram of time spent in RUNNING phase for request.",
+                                        REQUEST_LATENCY_BUCKETS)
+        self.prefill_time = histogram("vllm:request_prefill_time_seconds",
+                                      "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS)
+        self.decode_time = histogram("vllm:request_decode_time_seconds",
+                                     "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
+        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                     (*cache_info.keys(), "engine"), registry=reg)
+        info.labels(*cache_info.values(), "0").set(1)
+        self._last = EngineStats(num_blocks=0, block_size=0)
+
+    # -- engine thread -----------------------------------------------------------------
+
+    def observe_step(self, stats: EngineStats) -> None:
+        """Advance the counters by what the engine did since the last call."""
+        last = self._last
+        if stats.steps > last.steps:
+            self.iteration_tokens.observe(stats.last_step_tokens)
+        for counter, now, before in (
+            (self.prompt_tokens, stats.prompt_tokens, last.prompt_tokens),
+            (self.generation_tokens, stats.generation_tokens, last.generation_tokens),
+            (self.num_preemptions, stats.num_preemptions, last.num_preemptions),
+            (self.prefix_cache_queries, stats.prefix_cache_queries, last.prefix_cache_queries),
+            (self.prefix_cache_hits, stats.prefix_cache_hits, last.prefix_cache_hits),
+        ):
+            if now > before:
+                counter.inc(now - before)
+        last.steps, last.prompt_tokens, last.generation_tokens = stats.steps, stats.prompt_tokens, stats.generation_tokens
+        last.num_preemptions = stats.num_preemptions
+        last.prefix_cache_queries, last.prefix_cache_hits = stats.prefix_cache_queries, stats.prefix_cache_hits
+
+    def observe_first_token(self, seconds: float) -> None:
+        self.ttft.observe(seconds)
+
+    def observe_inter_token(self, seconds: float) -> None:
+        self.itl.observe(seconds)
+
+    def observe_finished(self, seq: Request, reason: str) -> None:
+        """One finished sequence. Stages it never reached (an abort while queued) are skipped."""
+        self.request_success[reason if reason in self.request_success else "abort"].inc()
+        if seq.finished_time is None:
+            return
+        self.e2e.observe(seq.finished_time - seq.arrival_time)
+        self.request_prompt_tokens.observe(seq.num_prompt_tokens)
+        self.request_generation_tokens.observe(seq.num_output_tokens)
+        self.request_num_preemptions.observe(seq.num_preemptions)
+        if seq.first_scheduled_time is not None:
+            self.queue_time.observe(seq.first_scheduled_time - seq.arrival_time)
+            self.inference_time.observe(seq.finished_time - seq.first_scheduled_time)
+            if seq.first_token_time is not None:
+                self.prefill_time.observe(seq.first_token_time - seq.first_scheduled_time)
+                self.decode_time.observe(seq.finished_time - seq.first_token_time)
+
+    # -- event loop --------------------------------------------------------------------
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self._view), CONTENT_TYPE_LATEST
