@@ -1,0 +1,223 @@
+"""The advisor on a finished run: diagnosis + workload evidence -> proposals -> replays ->
+verdicts, and advice.json.
+
+Order of work: load the bundle (`run_inputs`), diagnose the main engine instance's samples
+(`diagnose`, which runs the exporter's rules), gather the workload evidence (`evidence`),
+measure the run's KV demand by replaying its trace on a pool that never runs out, let the
+rules propose (`verdicts`), replay every proposal against the run's own settings
+(`whatif`) and keep the outcome. A verdict is `verified` only when its replay confirmed
+it; unverified verdicts are kept (with the replay that failed to confirm them) and sorted
+last, so the advice never claims more than was measured.
+
+Invariant: every number in a verdict is in its `evidence`, `projected` or `replay` dict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.advisor import capacity
+from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, main_window, windows_from_server_frame
+from harness.advisor.evidence import WorkloadEvidence, completed, workload_evidence
+from harness.advisor.run_inputs import Deployment, RunInputs
+from harness.advisor.sizing import blocks_for_tokens
+from harness.advisor.verdicts import Proposal, decide
+from harness.advisor.whatif import Change, Comparison, Replayer, judge, make_replayer
+
+MAX_AMPLE_BLOCKS = 500_000  # ~8 M tokens at block size 16; building it takes ~0.5 s
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    action: str
+    title: str
+    evidence: dict[str, Any]
+    projected: dict[str, Any]
+    effect: str
+    verified: bool
+    replay: dict[str, Any] | None = None
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    source: str
+    deployment: dict[str, Any]
+    diagnosis: dict[str, Any]
+    workload: dict[str, Any]
+    verdicts: list[Verdict]
+    notes: list[str]
+    time_axis: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "deployment": self.deployment, "diagnosis": self.diagnosis,
+                "workload": self.workload, "verdicts": [asdict(v) for v in self.verdicts], "notes": self.notes,
+                "time_axis": self.time_axis}
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def deployment_view(dep: Deployment) -> dict[str, Any]:
+    e = dep.engine
+    return {"bundled_engine": dep.bundled, "simulated": dep.simulated, "model": dep.model, "engine_model": e.model,
+            "gpu": dep.gpu, "tensor_parallel_size": dep.tp, "gpu_memory_utilization": dep.gpu_memory_utilization,
+            "kv_cache_dtype": dep.kv_dtype, "num_blocks": capacity.base_blocks(dep), "block_size": e.block_size,
+            "max_model_len": dep.max_model_len, "max_num_seqs": e.max_num_seqs,
+            "max_num_batched_tokens": e.max_num_batched_tokens, "allocator": e.allocator,
+            "enable_prefix_caching": e.enable_prefix_caching}
+
+
+def admission_tokens(dep: Deployment, work: WorkloadEvidence | None) -> int:
+    """Free KV tokens a new request needs to be admitted: a contiguous allocator reserves
+    max_model_len; a paged engine needs its first prompt chunk (typical prompt, capped by the
+    token budget). 0 when unknown."""
+    if dep.engine.allocator == "contiguous" and dep.max_model_len:
+        return dep.max_model_len
+    if work is None or work.lengths is None:
+        return 0
+    prompt = work.lengths.prompt_p50_tokens
+    return int(min(prompt, dep.engine.max_num_batched_tokens))
+
+
+def diagnose_run(inputs: RunInputs, work: WorkloadEvidence | None = None) -> WindowDiagnosis | None:
+    dep = inputs.deployment
+    windows = windows_from_server_frame(inputs.server, dep.kv_dtype, dep.gpu_memory_utilization)
+    main = main_window(windows)
+    if main is None:
+        return None
+    (target, _, _), window = main
+    return diagnose_window(window, target, finished_fallback=len(completed(inputs.requests)),
+                           admission_tokens=admission_tokens(dep, work))
+
+
+def _upper_bound_demand(inputs: RunInputs, work: WorkloadEvidence) -> int | None:
+    """Arithmetic demand: the most requests the engine held at once (running + waiting) x the
+    blocks of a p99-long request. An upper bound (not every request is at full length)."""
+    server, bs = inputs.server, inputs.deployment.engine.block_size
+    if not {"requests_running", "requests_waiting"} <= set(server.columns) or work.lengths is None or server.empty:
+        return None
+    peak = (server["requests_running"].fillna(0) + server["requests_waiting"].fillna(0)).max()
+    return int(peak) * blocks_for_tokens(math.ceil(work.lengths.p99_tokens), bs) if peak == peak and peak > 0 else None
+
+
+def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None, str | None]:
+    """(blocks the run's trace peaks at on a pool that never runs out, a note)."""
+    done = completed(inputs.requests)
+    dep = inputs.deployment
+    bs = dep.engine.block_size
+    reserve = blocks_for_tokens(dep.max_model_len, bs) if dep.engine.allocator == "contiguous" and dep.max_model_len else 0
+    total = sum(max(reserve, blocks_for_tokens(int(p) + int(o), bs))
+                for p, o in zip(done["prompt_tokens"], done["output_tokens"]))
+    ample = min(total + 2, MAX_AMPLE_BLOCKS)
+    note = None if ample == total + 2 else f"demand capped: the trace needs up to {total:,} blocks"
+    metrics = replayer.run(Change("no KV limit", num_blocks=ample))
+    return (math.ceil(metrics.peak_kv_usage * (ample - 1)) if metrics.completed else None), note
+
+
+def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdict:
+    if p.change is None or replayer is None:
+        return Verdict(p.action, p.title, _clean(p.evidence), _clean(p.projected), p.effect, False)
+    try:
+        comparison = replayer.compare(p.change)
+    except ValueError as exc:  # e.g. a change the engine refuses (a pool too small for one request)
+        notes.append(f"{p.action}: replay failed: {exc}")
+        return Verdict(p.action, p.title, _clean(p.evidence), _clean(p.projected), p.effect, False)
+    verified = comparison.verified
+    replay = comparison.to_dict()
+    if not p.expect_gain:  # kv_not_bottleneck: confirmed when more KV memory does not help
+        gained, why = judge(comparison.baseline, comparison.changed)
+        verified = not gained
+        replay.update(verified=verified, why="more KV memory changes nothing measurable" if verified
+                      else f"more KV memory helps after all: {why}")
+    alternatives = []
+    for alt in p.alternatives:
+        try:
+            c: Comparison = replayer.compare(alt)
+        except ValueError as exc:
+            notes.append(f"{p.action}: replay of {alt.label} failed: {exc}")
+            continue
+        alternatives.append(_clean(c.to_dict()))
+    return Verdict(p.action, p.title, _clean(p.evidence), _clean(p.projected), p.effect, verified,
+                   _clean(replay), alternatives)
+
+
+def _rank(v: Verdict) -> tuple:
+    r = v.replay or {}
+    base, changed = r.get("baseline") or {}, r.get("changed") or {}
+    fewer = (base.get("preemptions") or 0) - (changed.get("preemptions") or 0)
+    ttft = (base.get("ttft_p99_s") or 0) - (changed.get("ttft_p99_s") or 0)
+    return (not v.verified, -fewer, -ttft)
+
+
+def advise(inputs: RunInputs, replay: bool = True) -> Advice:
+    """The advice for one run (see the module doc)."""
+    dep = inputs.deployment
+    work = workload_evidence(inputs)
+    diag = diagnose_run(inputs, work)
+    notes: list[str] = []
+    workload = {"lengths": None if work.lengths is None else asdict(work.lengths),
+                "prefixes": None if work.prefixes is None else {**asdict(work.prefixes),
+                                                                 "identical_hit_ratio": work.prefixes.identical_hit_ratio,
+                                                                 "near_hit_ratio": work.prefixes.near_hit_ratio}}
+    if inputs.run.get("status") not in (None, "completed"):
+        notes.append(f"the run did not complete (status {inputs.run.get('status')!r}): "
+                     f"{' '.join(str(inputs.run.get('failure') or 'see run.json').split())[:300]}")
+    if diag is None:
+        notes.append("server.parquet has no samples from the engine: no diagnosis")
+        return Advice(str(inputs.path or ""), deployment_view(dep), {}, _clean(workload), [], notes)
+    replayer = None
+    demand, upper = None, _upper_bound_demand(inputs, work)
+    if replay and not completed(inputs.requests).empty:
+        try:
+            replayer = make_replayer(inputs, work, diag.mean_running)
+            if diag.kv_pressure:
+                demand, note = _replayed_demand(replayer, inputs)
+                notes += [note] if note else []
+        except ValueError as exc:
+            notes.append(f"no replay: {exc}")
+            replayer = None
+    if demand is None and upper is not None and diag.kv_pressure:
+        notes.append("KV demand from arithmetic (peak requests x p99 length), not measured by replay: an upper bound")
+    outcome = decide(dep, diag, work, demand, upper)
+    notes += outcome.notes
+    verdicts = sorted((_verdict(p, replayer, notes) for p in outcome.proposals), key=_rank)
+    diagnosis = {**diag.numbers(), "preemption_level": diag.preemption_level, "kv_pressure": diag.kv_pressure,
+                 "kv_not_bottleneck": diag.kv_not_bottleneck, "demand_blocks": demand,
+                 "exporter_advice": [a for a, on in diag.exporter_advice.items() if on],
+                 "exporter_reasons": diag.exporter_reasons}
+    if replayer is not None and replayer.excluded:
+        notes.append(f"{replayer.excluded} request(s) without token counts (failed) are not in the replays")
+    recorded = int(inputs.requests["ok"].fillna(False).astype(bool).sum()) if "ok" in inputs.requests.columns else 0
+    if diag.finished is not None and diag.finished > 1.2 * recorded + 2:
+        notes.append(f"the server finished {diag.finished:,.0f} requests but the bundle records {recorded:,} "
+                     "completed ones (e.g. requests still in flight when the run stopped leave no record): the replays "
+                     "carry less load than the run did")
+    return Advice(str(inputs.path or ""), _clean(deployment_view(dep)), _clean(diagnosis), _clean(workload), verdicts,
+                  notes, replayer.time_axis if replayer else None)
+
+
+def write_json(advice: Advice, directory: str | Path) -> Path:
+    """advice.json, with the rendered Markdown under `markdown` (the report shows it as is)."""
+    import json
+
+    from harness.advisor.markdown import render
+
+    data = _clean(advice.to_json())
+    data["markdown"] = render(data)
+    path = Path(directory) / "advice.json"
+    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return path

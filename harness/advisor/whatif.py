@@ -1,0 +1,257 @@
+"""What-if replays: the run's own requests, replayed on the simulator (real scheduler and
+block pool, modelled time) as the run was set up and with one change.
+
+The trace is every completed request: arrival = its send time from the first send,
+prompt and output tokens from the server's usage, and its shared-prefix group from the
+prompt fingerprints (`prefixes`), so a shared system prompt hits the cache in the replay
+as it did in the run. Closed-loop runs are replayed open-loop at their recorded send
+times (a faster server would have received requests sooner; the comparison between two
+replays stays fair because both see the same arrivals).
+
+Time axis. For a --simulate run (or a --target run described with a catalogue GPU) the
+replay uses the same cost model, so its times are that deployment's modelled times. A
+run on the real bundled engine (CPU) is replayed with the run's own block count and the
+cost model of SmolLM2-135M on an L4; arrivals are stretched by the ratio of the modelled
+decode step to the run's observed median inter-token gap, so the modelled engine meets
+the load the real one met, and reported times are divided back into the run's seconds.
+That time axis is modelled, and says so.
+
+A change is verified when its replay completes at least as many requests, rejects no
+more, and either has fewer preemptions (TTFT p99 not VERIFY_TTFT_GAIN worse) or a TTFT p99
+at least VERIFY_TTFT_GAIN lower with output throughput not that much lower. Preemptions
+may rise with more memory (more requests admitted, more of them growing at once) while
+every request is served sooner: that is a gain, and the reason says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from harness.advisor.capacity import base_blocks
+from harness.advisor.evidence import WorkloadEvidence, completed
+from harness.advisor.run_inputs import Deployment, RunInputs
+from reference_engine.catalogue import get_gpu, get_model
+from reference_engine.config import EngineConfig
+from reference_engine.sim.cost_model import CostModel
+from reference_engine.sim.engine import SimSpec
+from reference_engine.sim.replay import ReplayResult, TraceRequest, replay_trace
+
+VERIFY_TTFT_GAIN = 0.05
+UNFINISHED_ERRORS = ("timeout", "stream_error")
+MAX_REPLAY_REQUESTS = 5_000  # bounds the advisor's time: every what-if replays the whole trace
+REAL_ENGINE_TWIN = "smollm2-135m"
+REAL_ENGINE_GPU = "l4"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One what-if; None fields keep the run's value."""
+
+    label: str
+    kv_cache_dtype: str | None = None
+    max_model_len: int | None = None
+    num_blocks: int | None = None  # per replica, null block included
+    gpu: str | None = None
+    tp: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    replicas: int = 1
+    prefix_identical: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayMetrics:
+    requests: int
+    completed: int
+    rejected: int
+    preemptions: int
+    preempted_requests: int
+    duration_s: float
+    output_tokens_per_s: float
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    e2e_p99_s: float | None
+    peak_kv_usage: float
+    prefix_hit_ratio: float | None
+    num_blocks: int
+    max_running: int
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    change: Change
+    baseline: ReplayMetrics
+    changed: ReplayMetrics
+    verified: bool
+    why: str
+    time_axis: str
+
+    def to_dict(self) -> dict:
+        return {"change": {k: v for k, v in asdict(self.change).items() if v not in (None, False)},
+                "baseline": asdict(self.baseline), "changed": asdict(self.changed), "verified": self.verified,
+                "why": self.why, "time_axis": self.time_axis}
+
+
+@dataclass(slots=True)
+class Replayer:
+    """Replays one run's trace; the baseline is computed once. `scale` stretches arrivals
+    (1.0 for a simulated deployment); reported times are divided by it."""
+
+    deployment: Deployment
+    trace: list[TraceRequest]
+    near_trace: list[TraceRequest]
+    spec: SimSpec
+    config: EngineConfig
+    scale: float
+    time_axis: str
+    excluded: int
+    _baseline: ReplayMetrics | None = field(default=None)
+
+    def baseline(self) -> ReplayMetrics:
+        if self._baseline is None:
+            self._baseline = self.run(Change("as run"))
+        return self._baseline
+
+    def run(self, change: Change) -> ReplayMetrics:
+        spec = replace(self.spec, gpu=change.gpu or self.spec.gpu, tensor_parallel_size=change.tp or self.spec.tensor_parallel_size,
+                       gpu_memory_utilization=change.gpu_memory_utilization or self.spec.gpu_memory_utilization)
+        config = replace(self.config, kv_cache_dtype=change.kv_cache_dtype or self.config.kv_cache_dtype,
+                         max_model_len=change.max_model_len or self.config.max_model_len,
+                         num_blocks=change.num_blocks or self.config.num_blocks,
+                         max_num_seqs=change.max_num_seqs or self.config.max_num_seqs)
+        trace = self.near_trace if change.prefix_identical else self.trace
+        parts = [trace[r::change.replicas] for r in range(change.replicas)] if change.replicas > 1 else [trace]
+        results = [replay_trace(part, spec, config) for part in parts if part]
+        return _metrics(results, len(trace), self.scale)
+
+    def compare(self, change: Change) -> Comparison:
+        base, changed = self.baseline(), self.run(change)
+        ok, why = judge(base, changed)
+        return Comparison(change, base, changed, ok, why, self.time_axis)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def _metrics(results: list[ReplayResult], requests: int, scale: float) -> ReplayMetrics:
+    records = [r for res in results for r in res.records]
+    ttft = [r.ttft_s / scale for r in records if r.ttft_s is not None]
+    e2e = [(r.finished_s - r.arrival_s) / scale for r in records if r.finished_s is not None]
+    duration = max((res.duration_s for res in results), default=0.0) / scale
+    queries = sum(res.prefix_cache_queries for res in results)
+    out_tokens = sum(res.output_tokens for res in results)
+    return ReplayMetrics(
+        requests=requests, completed=len(records), rejected=sum(res.rejected for res in results),
+        preemptions=sum(res.num_preemptions for res in results),
+        preempted_requests=sum(1 for r in records if r.num_preemptions > 0), duration_s=round(duration, 3),
+        output_tokens_per_s=round(out_tokens / duration, 2) if duration else 0.0,
+        ttft_p50_s=_pct(ttft, 50), ttft_p99_s=_pct(ttft, 99), e2e_p99_s=_pct(e2e, 99),
+        peak_kv_usage=max((res.peak_kv_usage for res in results), default=0.0),
+        prefix_hit_ratio=sum(res.prefix_cache_hits for res in results) / queries if queries else None,
+        num_blocks=max((res.num_blocks for res in results), default=0),
+        max_running=max((res.max_running for res in results), default=0),
+    )
+
+
+def judge(base: ReplayMetrics, changed: ReplayMetrics) -> tuple[bool, str]:
+    """(verified, a short reason) — see the module doc for the rule. The numbers themselves
+    are in the two ReplayMetrics, so the reason does not repeat them."""
+    if changed.completed < base.completed or changed.rejected > base.rejected:
+        return False, (f"the change completes {changed.completed} requests (as run: {base.completed}) and "
+                       f"rejects {changed.rejected} (as run: {base.rejected})")
+    b, c = base.ttft_p99_s, changed.ttft_p99_s
+    ttft_better = bool(b) and c is not None and c <= (1 - VERIFY_TTFT_GAIN) * b
+    ttft_worse = bool(b) and c is not None and c > (1 + VERIFY_TTFT_GAIN) * b
+    slower = changed.output_tokens_per_s < (1 - VERIFY_TTFT_GAIN) * base.output_tokens_per_s
+    if changed.preemptions < base.preemptions and not ttft_worse:
+        return True, "fewer preemptions"
+    if ttft_better and not slower:
+        more = changed.preemptions > base.preemptions
+        return True, f"TTFT p99 {1 - c / b:.0%} lower" + (" (though preempting more)" if more else "")  # type: ignore[operator]
+    if ttft_better or changed.preemptions < base.preemptions:
+        return False, "mixed: a gain in one of preemptions, TTFT p99 and throughput, a loss in another"
+    return False, "no measurable gain (no fewer preemptions, TTFT p99 not 5% lower)"
+
+
+def build_trace(done: pd.DataFrame, evidence: WorkloadEvidence, near: bool = False, scale: float = 1.0,
+                t0: float | None = None) -> list[TraceRequest]:
+    """One TraceRequest per row (see the module doc); arrivals count from `t0` (default: the
+    first send in `done`)."""
+    if t0 is None:
+        t0 = float(done["send_time_unix"].min()) if len(done) else 0.0
+    groups = evidence.prefix_groups(done, near) if evidence.sharing else [(-1, 0)] * len(done)
+    n = done["n"].fillna(1).astype(int).tolist() if "n" in done.columns else [1] * len(done)
+    return [TraceRequest((float(t) - t0) * scale, int(p), int(o), max(1, k), g, tokens)
+            for t, p, o, k, (g, tokens) in zip(done["send_time_unix"], done["prompt_tokens"], done["output_tokens"],
+                                              n, groups)]
+
+
+def unfinished(requests: pd.DataFrame) -> pd.DataFrame:
+    """Requests the server received but the client saw fail mid-way (timeout, broken
+    stream): they loaded the cache too, so they are replayed with their target lengths."""
+    if "error_class" not in requests.columns or "target_output_tokens" not in requests.columns:
+        return requests.iloc[0:0]
+    prompt = pd.to_numeric(requests["prompt_tokens"], errors="coerce")
+    if "target_prompt_tokens" in requests.columns:
+        prompt = prompt.fillna(pd.to_numeric(requests["target_prompt_tokens"], errors="coerce"))
+    output = pd.to_numeric(requests["target_output_tokens"], errors="coerce")
+    rows = requests[requests["error_class"].isin(UNFINISHED_ERRORS) & prompt.notna() & output.notna() & (output > 0)]
+    return rows.assign(prompt_tokens=prompt[rows.index], output_tokens=output[rows.index]).reset_index(drop=True)
+
+
+def _observed_step_s(requests: pd.DataFrame) -> float | None:
+    """The run's median inter-token gap (a decode step of the real engine, queueing aside)."""
+    if "itl_s" not in requests.columns:
+        return None
+    gaps = [float(g) for row in requests["itl_s"].dropna() for g in (row if hasattr(row, "__len__") else [row])
+            if g is not None and math.isfinite(float(g)) and g > 0]
+    return float(np.median(gaps)) if gaps else None
+
+
+def make_replayer(inputs: RunInputs, evidence: WorkloadEvidence, mean_running: float | None = None) -> Replayer:
+    """The replayer for a run (see the module doc for the time axis). Raises ValueError when
+    the run cannot be replayed: its pool size is unknown, or the engine refuses the setup."""
+    dep = inputs.deployment
+    done = completed(inputs.requests)
+    blocks = base_blocks(dep)
+    if blocks is None:
+        raise ValueError("the run's KV pool size is unknown (no kv_capacity_blocks samples, no engine flags)")
+    config = replace(dep.engine, num_blocks=blocks, kv_cache_memory=None)
+    if dep.gpu_sized:
+        spec = SimSpec(dep.model or "", dep.gpu or "", dep.tp, dep.gpu_memory_utilization or 0.9, dep.weight_dtype)
+        config = replace(config, max_model_len=dep.max_model_len)
+        scale, axis = 1.0, f"modelled: {dep.model} on {dep.tp} x {dep.gpu} (the simulator's cost model)"
+    else:
+        twin = get_model(dep.model or REAL_ENGINE_TWIN)
+        spec = SimSpec(twin.name, REAL_ENGINE_GPU, 1, 0.9, "auto")
+        limit = min(dep.max_model_len or twin.max_context, twin.max_context)
+        config = replace(config, max_model_len=limit, kv_cache_dtype="auto")
+        observed = _observed_step_s(done)
+        batch = max(1, round(mean_running or 1))
+        context = int((done["prompt_tokens"] + done["output_tokens"] / 2).median()) if len(done) else 256
+        modelled = CostModel(twin, get_gpu(REAL_ENGINE_GPU)).step_time([(1, max(1, min(context, limit)))] * batch)
+        scale = modelled / observed if observed else 1.0
+        axis = (f"modelled: the run's {blocks:,}-block pool with a {twin.name} on {REAL_ENGINE_GPU} cost model, "
+                f"arrivals scaled x{scale:.3g} to the run's observed step time"
+                + ("" if observed else " (no inter-token gaps recorded: unscaled)"))
+    t0 = float(inputs.requests["send_time_unix"].min())
+    cut = unfinished(inputs.requests)
+    extra = build_trace(cut, WorkloadEvidence(None, None), False, scale, t0)
+    trace = sorted(build_trace(done, evidence, False, scale, t0) + extra, key=lambda r: r.arrival_s)
+    near = sorted(build_trace(done, evidence, True, scale, t0) + extra, key=lambda r: r.arrival_s) \
+        if evidence.sharing else trace
+    if len(cut):
+        axis += f"; {len(cut)} request(s) that failed mid-way are replayed at their target lengths"
+    if len(trace) > MAX_REPLAY_REQUESTS:
+        axis += f"; only the first {MAX_REPLAY_REQUESTS:,} of {len(trace):,} requests are replayed"
+        trace, near = trace[:MAX_REPLAY_REQUESTS], near[:MAX_REPLAY_REQUESTS]
+    config_section = inputs.run.get("config") if isinstance(inputs.run.get("config"), dict) else {}
+    if not config_section.get("rate") and config_section.get("workload") not in (None, "replay"):
+        axis += "; a closed-loop run, replayed open-loop at its recorded send times"
+    return Replayer(dep, trace, near, spec, config, scale, axis, len(inputs.requests) - len(done) - len(cut))
+
