@@ -1,0 +1,205 @@
+"""Did the client distort the numbers? Client timings against the server's own, schedule lag
+and the load generator's CPU warnings decide whether a run's percentiles can be trusted.
+
+Client delay per request = client time - server time, for TTFT and for E2E, and the smaller
+of the two. A busy client reads *every* chunk late, so both grow; other causes inflate only
+one (a model whose first tokens decode to no visible text delays the client's TTFT, which
+counts text, but not its E2E). The delay also holds the server's own HTTP layer after its
+engine stamped the token, which no client-side number can separate; a server whose event
+loop is that late distorts what users see just the same. The best request's delay is the
+floor (network round trip, HTTP and SSE parsing, present in every request and part of what
+users see); the *lag* is the delay above that floor. The run is unreliable when:
+- lag p50 > 50 ms: the typical request was read 50 ms late, the signature of a saturated
+  client (a healthy Python/gevent client on loopback adds a few ms; 50 ms is twice AIPerf's
+  25 ms event-loop-lag warning and finer than any latency SLO people set);
+- the lag moved a reported p99 (TTFT or E2E) by more than max(50 ms, 10 %): the p99 of the
+  client's values against the p99 of the same values with each request's lag taken out.
+  This asks the user's question directly ("would the headline change?"), so one or two
+  late reads, which do not move a p99 much, do not condemn a run; the 10 % term keeps
+  slow servers (seconds) from being flagged for jitter small next to what is measured;
+- open-loop schedule lag p99 > 50 ms: requests left late, so the offered load was lower
+  than asked and the queueing it would have caused is missing (coordinated omission);
+- the load generator warned about its CPU (Locust: above 90 %) in run.json or its logs;
+- any request failed inside the client (`client_error`), or nothing succeeded at all.
+
+Without per-request server timings, the server's TTFT histogram (increase over the run)
+gives its p50/p99; the upper edge of the bucket holding each quantile is compared with the
+client's, so the estimate is a lower bound and bucket width cannot raise a false alarm.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis.bundle import measured
+from harness.analysis.stats import clean
+
+LAG_S = 0.050
+TAIL_SHARE = 0.10  # of the corrected p99
+SCHEDULE_LAG_S = 0.050
+MIN_REQUESTS = 5
+TTFT_HISTOGRAM = "time_to_first_token_seconds"
+
+
+@dataclass(frozen=True, slots=True)
+class SelfCheck:
+    reliable: bool
+    reasons: list[str] = field(default_factory=list)
+    method: str = "none"  # "per_request", "histogram" or "none" (no server TTFT to compare with)
+    delay_floor_s: float | None = None  # smallest client delay: network + parsing
+    lag_p50_s: float | None = None  # client delay above the floor
+    lag_p99_s: float | None = None
+    ttft_p99_distortion_s: float | None = None  # reported p99 minus p99 without the lag
+    e2e_p99_distortion_s: float | None = None
+    server_ttft_p50_s: float | None = None
+    schedule_lag_p99_s: float | None = None
+    cpu_warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def histogram_quantile(bounds: np.ndarray, counts: np.ndarray, q: float, upper: bool = False) -> float | None:
+    """Prometheus-style quantile of a cumulative histogram (linear within the bucket), or the
+    bucket's upper edge with `upper`. None when empty or when the quantile is in the +Inf bucket."""
+    total = counts[-1] if len(counts) else 0
+    if total <= 0:
+        return None
+    rank = q * total
+    i = min(int(np.searchsorted(counts, rank, side="left")), len(bounds) - 1)
+    if not np.isfinite(bounds[i]):
+        return None
+    if upper:
+        return float(bounds[i])
+    lo_b = bounds[i - 1] if i > 0 else 0.0
+    lo_c = counts[i - 1] if i > 0 else 0.0
+    width = counts[i] - lo_c
+    return float(lo_b + (bounds[i] - lo_b) * ((rank - lo_c) / width if width > 0 else 1.0))
+
+
+def _histograms(cell: Any) -> dict[str, Any]:
+    if isinstance(cell, str):
+        try:
+            cell = json.loads(cell)
+        except ValueError:
+            return {}
+    return cell if isinstance(cell, dict) else {}
+
+
+def ttft_histogram_increase(server: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """(bounds, cumulative counts) of the server's TTFT histogram over the run: last sample
+    minus first (the last alone if the engine restarted, i.e. counts went down). Reads the
+    bundle's `histograms_json` column (or `histograms`, as the exporter records it)."""
+    col = next((c for c in ("histograms_json", "histograms") if c in server.columns), None)
+    if col is None:
+        return None
+    up = server[server["up"].astype(bool)] if "up" in server.columns else server
+    rows = [h.get(TTFT_HISTOGRAM) for h in map(_histograms, up[col])]
+    rows = [r for r in rows if isinstance(r, dict) and r.get("bounds")]
+    if not rows:
+        return None
+    first, last = rows[0], rows[-1]
+    bounds = np.array([np.inf if str(b).lower() in ("+inf", "inf") else float(b) for b in last["bounds"]])
+    c_last, c_first = np.asarray(last["counts"], dtype=float), np.asarray(first["counts"], dtype=float)
+    counts = c_last - c_first if c_first.shape == c_last.shape and (c_last >= c_first).all() else c_last
+    return bounds, counts
+
+
+def cpu_warnings(run: dict[str, Any], log_warnings: list[str] | None = None) -> list[str]:
+    """CPU warnings from the load generator: strings mentioning CPU under any run.json key
+    containing 'warning', plus Locust's own log lines (see `bundle.client_log_warnings`)."""
+    def walk(obj: Any, under_warning: bool) -> Iterator[str]:
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                yield from walk(v, under_warning or "warning" in str(k).lower())
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                yield from walk(v, under_warning)
+        elif under_warning and isinstance(obj, str) and "cpu" in obj.lower():
+            yield obj
+    return list(dict.fromkeys([*walk(run, False), *(log_warnings or [])]))
+
+
+def _per_request(ok: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
+    both = ok[ok["server_ttft_s"].notna()]
+    if len(both) < MIN_REQUESTS:
+        return None
+    ttft = (both["ttft_s"] - both["server_ttft_s"]).to_numpy(float)
+    e2e = (both["e2e_s"] - both["server_e2e_s"]).to_numpy(float)
+    delay = np.where(np.isfinite(e2e), np.fmin(ttft, e2e), ttft)
+    keep = np.isfinite(delay)
+    return (delay[keep], both["server_ttft_s"].to_numpy(float)[keep], both["ttft_s"].to_numpy(float)[keep],
+            both["e2e_s"].to_numpy(float)[keep])
+
+
+def _distortion(values: np.ndarray, lag: np.ndarray) -> tuple[float, float]:
+    """(p99 of values - p99 of values without the lag, that corrected p99)."""
+    reported, corrected = np.percentile(values, 99), np.percentile(values - lag, 99)
+    return float(reported - corrected), float(corrected)
+
+
+def self_check(all_requests: pd.DataFrame, server: pd.DataFrame, run: dict[str, Any] | None = None,
+               log_warnings: list[str] | None = None) -> SelfCheck:
+    """Judge the run (see the module docstring for every threshold and its reason)."""
+    requests = measured(all_requests)
+    ok = requests[requests["ok"]]
+    reasons: list[str] = []
+    notes: list[str] = []
+    method, floor, l50, l99, s50 = "none", None, None, None, None
+    distortions: dict[str, tuple[float, float]] = {}  # metric -> (distortion, corrected p99)
+    per_req = _per_request(ok)
+    if per_req is not None and per_req[0].size >= MIN_REQUESTS:
+        method = "per_request"
+        delay, server_ttft, ttft, e2e = per_req
+        floor = float(delay.min())
+        lag = delay - floor
+        l50, l99 = (float(x) for x in np.percentile(lag, [50, 99]))
+        s50 = float(np.percentile(server_ttft, 50))
+        distortions = {"TTFT": _distortion(ttft, lag), "E2E": _distortion(e2e, lag)}
+    else:
+        hist = ttft_histogram_increase(server)
+        client = clean(ok["ttft_s"].to_numpy(float))
+        if hist is not None and hist[1][-1] >= MIN_REQUESTS and client.size >= MIN_REQUESTS:
+            method = "histogram"
+            bounds, counts = hist
+            s50 = histogram_quantile(bounds, counts, 0.5)
+            up50, up99 = histogram_quantile(bounds, counts, 0.5, True), histogram_quantile(bounds, counts, 0.99, True)
+            c50, c99 = np.percentile(client, [50, 99])
+            l50 = float(c50 - up50) if up50 is not None else None
+            if up99 is not None:
+                distortions = {"TTFT": (float(c99 - up99), up99)}
+            notes.append("client delay from the server's TTFT histogram: a lower bound (bucket upper edges), no floor")
+        else:
+            notes.append("no server TTFT (per request or histogram): client delay not checked")
+    saturated = l50 is not None and l50 > LAG_S
+    if saturated:
+        reasons.append(f"the client read the typical request {l50 * 1000:.0f} ms late (lag p50 > {LAG_S * 1000:.0f} ms): "
+                       "it was saturated (or the server's HTTP layer was); add Locust workers (--workers) or "
+                       "lower the users per worker")
+    for metric, (moved, corrected) in distortions.items():
+        limit = max(LAG_S, TAIL_SHARE * corrected)
+        if moved > limit and not saturated:
+            reasons.append(f"client lag moved the {metric} p99 by {moved * 1000:.0f} ms (> {limit * 1000:.0f} ms = "
+                           f"max(50 ms, 10% of {corrected * 1000:.0f} ms)): add Locust workers or lower users per worker")
+    lag = clean(requests["schedule_lag_s"].to_numpy(float))
+    sched99 = float(np.percentile(lag, 99)) if lag.size else None
+    if sched99 is not None and sched99 > SCHEDULE_LAG_S:
+        reasons.append(f"open-loop schedule lag p99 is {sched99 * 1000:.0f} ms (> {SCHEDULE_LAG_S * 1000:.0f} ms): requests "
+                       "left late, so the offered load was lower than asked; add users (slots) or workers")
+    cpu = cpu_warnings(run or {}, log_warnings)
+    if cpu:
+        reasons.append(f"the load generator warned about its CPU ({cpu[0]})")
+    n_client_err = int((requests["error_class"] == "client_error").sum())
+    if n_client_err:
+        reasons.append(f"{n_client_err} request(s) failed inside the client (client_error)")
+    if ok.empty:
+        reasons.append("no request succeeded: there is nothing to measure")
+    return SelfCheck(not reasons, reasons, method, floor, l50, l99, distortions.get("TTFT", (None,))[0],
+                     distortions.get("E2E", (None,))[0], s50, sched99, cpu, notes)

@@ -1,0 +1,172 @@
+"""The headline figures of a run: the single source of truth for summary.json.
+
+`summarize(bundle, slos)` is a pure function of the bundle; `write_summary(dir)` is what
+`kvscope run` (and `kvscope report`) call to (re)write `summary.json`, so the file on disk,
+the report and the sweep table always agree. Invariants:
+- JSON-safe: no NaN/inf (None instead), plain Python numbers, stable keys.
+- SLOs come from the argument, else from run.json (`slo`, at the top or under `config`).
+- Server figures cover the measurement window only (see `server.clip_to_window`).
+- `headline` (a dict) and `client` keep the keys of the harness's first summary.json
+  (req_per_s, ttft_p99_s, client.ok, client.errors_by_class, ...), so `kvscope run`, its
+  printout and anything reading those keys work unchanged; `verdicts` holds the sentences.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.analysis.bundle import Bundle, load_bundle, measured
+from harness.analysis.join import analyse_join
+from harness.analysis.latency import analyse_latency, window_bounds
+from harness.analysis.selfcheck import self_check
+from harness.analysis.server import clip_to_window, summarise_server, timeline
+from harness.analysis.slo import Slos, parse_slos
+from harness.analysis.stats import distribution, json_safe
+
+SCHEMA = "kvscope.summary/1"
+
+
+def slos_from_run(run: dict[str, Any]) -> Slos:
+    for holder in (run, run.get("config") or {}):
+        text = holder.get("slo") if isinstance(holder, dict) else None
+        if isinstance(text, str) and text.strip():
+            try:
+                return parse_slos(text)
+            except ValueError:
+                return Slos()
+        if isinstance(text, dict) and text:
+            return Slos(**{k: float(v) for k, v in text.items() if k in ("ttft", "tpot", "e2e", "itl")})
+    return Slos()
+
+
+def run_info(run: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
+    """The run's identity for headers, read loosely (the harness owns run.json's layout)."""
+    cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
+    req = bundle.requests
+    # The server's own name first: with --simulate the configured --model is not what it serves.
+    served = bundle.server["model"].dropna() if len(bundle.server) else []
+    model = str(served.iloc[0]) if len(served) else run.get("model") or cfg.get("model")
+    workload = run.get("workload") or cfg.get("workload")
+    if isinstance(workload, dict):
+        workload = workload.get("name")
+    if not workload and req["workload"].notna().any():
+        workload = str(req["workload"].dropna().iloc[0])
+    target = run.get("target") or cfg.get("target")
+    if isinstance(target, dict):
+        target = target.get("url") or target.get("name")
+    return {"workload": workload, "model": model, "target": target,
+            "users": cfg.get("users", run.get("users")), "rate": cfg.get("rate", run.get("rate")),
+            "start": run.get("started_unix") or run.get("start"), "end": run.get("ended_unix") or run.get("end"),
+            "status": run.get("status"), "notes": list(run.get("notes") or []),
+            "path": str(bundle.path) if bundle.path else None}
+
+
+def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> dict[str, Any]:
+    """Every headline figure of one run as a JSON-safe dict (see the module docstring)."""
+    b = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
+    s = parse_slos(slos) if isinstance(slos, str) else (slos if slos else slos_from_run(b.run))
+    lat = analyse_latency(b.requests, s)
+    req = measured(b.requests)
+    server = clip_to_window(b.server, window_bounds(req))
+    srv = summarise_server(server)
+    tl = timeline(server)
+    joined = analyse_join(b.requests, tl, srv.preemption_onset_unix)
+    check = self_check(b.requests, server, b.run, b.extra.get("client_log_warnings"))
+    out = {
+        "schema": SCHEMA,
+        "run": run_info(b.run, b),
+        "slos": s.to_dict(),
+        "reliable": check.reliable,
+        "requests": {"total": len(req), "ok": int(req["ok"].sum()), "failed": int((~req["ok"]).sum())},
+        "latency": {k: getattr(lat, k).to_dict() for k in ("ttft", "itl", "tpot", "e2e")},
+        "throughput": lat.throughput.to_dict(),
+        "goodput": lat.goodput.to_dict(),
+        "errors": lat.errors.to_dict(),
+        "lengths": {"prompt_tokens": lat.prompt_tokens.to_dict(), "output_tokens": lat.output_tokens.to_dict(),
+                    **lat.length_accuracy, "usage_sources": lat.usage_sources},
+        "server": srv.to_dict(),
+        "kv_bands": [r.to_dict() for r in joined.kv_bands],
+        "kv_band_verdict": joined.kv_band_verdict,
+        "preemption": joined.preemption.to_dict(),
+        "client_server": joined.client_server.to_dict(),
+        "selfcheck": check.to_dict(),
+    }
+    out["client"] = client_block(b.requests, out)
+    out["headline"] = headline_figures(out)
+    out["verdicts"] = verdicts(out)
+    return json_safe(out)
+
+
+def client_block(all_requests, s: dict[str, Any]) -> dict[str, Any]:
+    """The client figures under the names the harness's summary.json used first."""
+    req = measured(all_requests)
+    ok = req[req["ok"]]
+    tp, lat = s["throughput"], s["latency"]
+    return {
+        "requests": len(req), "ok": len(ok), "failed": len(req) - len(ok), "errors_by_class": s["errors"]["by_class"],
+        "calibration_requests": len(all_requests) - len(req),
+        "duplicate_request_ids": int(all_requests["request_id"].duplicated().sum()),
+        "window_s": tp["window_s"] if len(req) else None, "req_per_s": tp["requests_per_s"],
+        "output_tokens": int(ok["output_tokens"].fillna(0).sum()), "output_tok_per_s": tp["output_tokens_per_s"],
+        **{f"{k}_s": lat[k] for k in ("ttft", "itl", "tpot", "e2e")},
+        "client_overhead_ttft_s": s["client_server"]["ttft_overhead"],
+        "schedule_lag_s": distribution(req["schedule_lag_s"].to_numpy(float)).to_dict(),
+        "usage_source": {str(k): int(v) for k, v in req["usage_source"].fillna("none").value_counts().items()},
+        "server_preemptions_seen_by_requests": int(pd.to_numeric(ok["server_num_preemptions"], errors="coerce").fillna(0).sum()),
+    }
+
+
+def headline_figures(s: dict[str, Any]) -> dict[str, Any]:
+    """The short list people quote (keys as the harness's first summary.json, plus TPOT,
+    goodput and the self-check verdict)."""
+    c, srv = s["client"], s["server"]
+    out = {"requests_ok": c["ok"], "requests_failed": c["failed"], "errors_by_class": c["errors_by_class"],
+           "req_per_s": c["req_per_s"], "output_tok_per_s": c["output_tok_per_s"]}
+    for m in ("ttft", "itl", "tpot", "e2e"):
+        out.update({f"{m}_{p}_s": s["latency"][m][p] for p in ("p50", "p99")})
+    out.update({"peak_kv_usage_ratio": srv["peak_kv_usage_ratio"], "preemptions": srv["preemptions"],
+                "prefix_hit_ratio": srv["prefix_hit_ratio"],
+                "goodput_req_per_s": s["goodput"]["requests_per_s"] if s["slos"] else None,
+                "reliable": s["reliable"]})
+    return out
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1000:.0f} ms"
+
+
+def verdicts(s: dict[str, Any]) -> list[str]:
+    """A few sentences a serving engineer reads first."""
+    lat, tp, srv = s["latency"], s["throughput"], s["server"]
+    lines = [f"{s['requests']['ok']} of {s['requests']['total']} requests succeeded; "
+             f"{tp['requests_per_s']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s over {tp['window_s']:.1f} s.",
+             f"TTFT p50 {_ms(lat['ttft']['p50'])}, p99 {_ms(lat['ttft']['p99'])}; TPOT p50 {_ms(lat['tpot']['p50'])}, "
+             f"p99 {_ms(lat['tpot']['p99'])}; E2E p99 {_ms(lat['e2e']['p99'])}."]
+    if s["slos"]:
+        g = s["goodput"]
+        att = "n/a" if g["attainment"] is None else f"{g['attainment']:.0%}"
+        lines.append(f"Goodput {g['requests_per_s']:.2f} req/s: {att} of requests met every SLO.")
+    if srv.get("peak_kv_usage_ratio") is not None:
+        lines.append(f"KV usage peaked at {srv['peak_kv_usage_ratio']:.0%} (mean {srv['mean_kv_usage_ratio']:.0%}); "
+                     f"{srv['preemptions'] or 0:.0f} preemptions.")
+    if s["kv_band_verdict"]:
+        lines.append(s["kv_band_verdict"])
+    if s["preemption"].get("onset_unix") is not None:
+        lines.append(s["preemption"]["verdict"])
+    if not s["reliable"]:
+        lines.append("UNRELIABLE: " + "; ".join(s["selfcheck"]["reasons"]))
+    return lines
+
+
+def write_summary(bundle_dir: str | Path, slos: Slos | str | None = None) -> dict[str, Any]:
+    """Compute the summary of the bundle in `bundle_dir` and write it to summary.json."""
+    summary = summarize(load_bundle(bundle_dir), slos)
+    path = Path(bundle_dir) / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return summary

@@ -1,0 +1,68 @@
+"""From a folder to a Document: load, summarise, draw the figures, pick run or sweep content.
+
+Figures are written to DIR/plots/ (the Markdown report links them; the HTML embeds them).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.bundle import load_bundle, measured
+from harness.analysis.latency import itl_values, throughput_over_time, window_bounds
+from harness.analysis.server import clip_to_window, timeline
+from harness.analysis.slo import Slos, parse_slos, per_request_metrics
+from harness.analysis.summary import slos_from_run, summarize
+from harness.report import plots
+from harness.report.content import run_document
+from harness.report.document import Document
+from harness.report.sweep_content import sweep_document
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_figures(d: Path, slos: Slos) -> tuple[dict[str, Any], dict[str, str]]:
+    bundle = load_bundle(d)
+    summary = summarize(bundle, slos)
+    req = measured(bundle.requests)
+    ok = req[req["ok"]]
+    bounds = window_bounds(req)
+    tl = timeline(clip_to_window(bundle.server, bounds))  # the samples summarize() used
+    t0 = bounds[0] if bounds else (float(tl["time_unix"].iloc[0]) if len(tl) else 0.0)
+    plot_dir = d / "plots"
+    made = {
+        "latency_cdf": plots.latency_cdfs(ok, per_request_metrics(ok), itl_values(ok), slos, plot_dir / "latency_cdf.png"),
+        "server_timeline": plots.server_timeline(tl, ok, t0, summary["server"]["preemption_onset_unix"],
+                                                 plot_dir / "server_timeline.png"),
+        "throughput": plots.throughput_timeline(throughput_over_time(req), tl, t0, plot_dir / "throughput.png"),
+    }
+    return summary, {k: str(p.relative_to(d)) for k, p in made.items() if p is not None}
+
+
+def sweep_figures(d: Path, sw: dict[str, Any]) -> dict[str, str]:
+    import pandas as pd
+
+    table = pd.DataFrame(sw.get("points") or [])
+    knee = (sw.get("knee") or {}).get("index")
+    best = (sw.get("best") or {}).get("index")
+    slos = Slos(**sw.get("slos", {}))
+    path = plots.sweep_curve(table, knee, best, slos, d / "plots" / "sweep.png")
+    return {"sweep": str(path.relative_to(d))} if path else {}
+
+
+def build_document(d: Path, advice_markdown: str | None, slos: Slos | str | None) -> Document:
+    advice_json = _read_json(d / "advice.json")
+    sw = _read_json(d / "sweep.json")
+    if sw is not None:
+        return sweep_document(sw, sweep_figures(d, sw), advice_markdown, advice_json)
+    run = _read_json(d / "run.json") or {}
+    s = parse_slos(slos) if isinstance(slos, str) else (slos or slos_from_run(run))
+    summary, figures = run_figures(d, s)
+    return run_document(summary, figures, advice_markdown, advice_json)

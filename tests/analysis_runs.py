@@ -1,0 +1,67 @@
+"""Real runs for the analysis, report and sweep tests: the bundled engine (real model code or
+its simulator) on a free loopback port, and `kvscope run` / `kvscope sweep` as subprocesses.
+
+The engine is started with `kvscope engine serve` when the CLI has it; until that command is
+wired into `kvscope engine`, the same server is started through its own module
+(`reference_engine.server.serve_cli`), which is what the command will call.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+
+from harness.procs import free_port, wait_http
+
+ROOT = Path(__file__).resolve().parents[1]
+_SHIM = ("import argparse, sys\n"
+         "from reference_engine.server.serve_cli import register_serve\n"
+         "p = argparse.ArgumentParser(); register_serve(p.add_subparsers())\n"
+         "a = p.parse_args(['serve', *sys.argv[1:]]); sys.exit(a.func(a))\n")
+
+
+@cache
+def engine_serve_available() -> bool:
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "engine", "serve", "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    return out.returncode == 0
+
+
+def serve_argv(port: int, *flags: str) -> list[str]:
+    base = ([sys.executable, "-m", "harness.cli", "engine", "serve"] if engine_serve_available()
+            else [sys.executable, "-c", _SHIM])
+    return [*base, "--host", "127.0.0.1", "--port", str(port), *flags]
+
+
+@contextmanager
+def engine(log_dir: Path, *flags: str, timeout_s: float = 180.0) -> Iterator[str]:
+    """The bundled engine with `flags` (e.g. --model tiny-random --num-blocks 40); yields its URL."""
+    port = free_port()
+    log = log_dir / f"engine-{port}.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(serve_argv(port, *flags), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        ok, reason = wait_http(f"http://127.0.0.1:{port}/health", timeout_s)
+        if not ok:
+            raise RuntimeError(f"engine did not start ({reason}): {log.read_text(errors='replace')[-2000:]}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def kvscope(*args: str, timeout_s: float = 300.0) -> tuple[int, str, float]:
+    """(exit status, stdout+stderr, seconds) of `kvscope ARGS`."""
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+                         timeout=timeout_s, cwd=ROOT)
+    return out.returncode, out.stdout + out.stderr, time.monotonic() - start
