@@ -17,6 +17,8 @@ COMMAND_MODULES = (
     "dashboards.cli",  # kvscope dashboards export|import
     "harness.size_cli",  # kvscope size
     "harness.run_cli",  # kvscope run|worker
+    "harness.sweep_cli",  # kvscope sweep
+    "harness.report_cli",  # kvscope report
     "harness.advise_cli",  # kvscope advise DIR | --live URL
 )
 

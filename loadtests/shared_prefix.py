@@ -1,0 +1,40 @@
+"""K shared system prompts of P tokens; every request picks one and adds its own user turn.
+
+The prefix-cache workload: with caching on, all but the first request per prefix should hit
+~P cached tokens. Prefix texts depend only on --seed and the calibration, which every worker
+derives identically, so the prefixes are shared across worker processes too.
+
+    locust -f loadtests/shared_prefix.py --host URL --num-prefixes 4 --prefix-tokens 512
+"""
+
+from __future__ import annotations
+
+from harness.locust_user import LLMUser, register_workload
+from harness.prompt_words import seeded_text, text
+from harness.request_spec import RequestSpec
+
+register_workload("shared_prefix")
+PREFIX_SEED_BASE = 1_000_003
+
+
+class SharedPrefixUser(LLMUser):
+    workload = "shared_prefix"
+    probe_in_system = True  # the prefix is a system message: calibrate with that template path
+
+    def prefixes(self) -> list[str]:
+        cached = self.ctx.cache.get("prefixes")
+        if cached is None:
+            words = self.calibration.words_for(int(self.option("prefix_tokens")), include_overhead=False)
+            base = PREFIX_SEED_BASE * (self.ctx.opts.seed + 1)
+            cached = self.ctx.cache["prefixes"] = [seeded_text(base + i, words) for i in range(int(self.option("num_prefixes")))]
+        return cached
+
+    def next_request(self) -> RequestSpec:
+        prefixes = self.prefixes()
+        index = self.rng.randrange(len(prefixes))
+        suffix = int(self.option("suffix_tokens"))
+        target = int(self.option("prefix_tokens")) + suffix + round(self.calibration.overhead)
+        _, output = self.fit_lengths(target, int(self.option("output_tokens")))
+        user_turn = text(self.rng, self.calibration.words_for(suffix, include_overhead=False))
+        return RequestSpec(prompt=user_turn, system=prefixes[index], max_tokens=output, prefix_id=index,
+                           target_prompt_tokens=target, target_output_tokens=output)
