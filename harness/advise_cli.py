@@ -82,7 +82,7 @@ def _bundle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from harness.advisor import run_inputs
-    from harness.advisor.advice import advise, write_json
+    from harness.postprocess import advise_and_report
 
     inputs = run_inputs.load(args.bundle)
     spec = {k: getattr(args, k) for k in ("model", "gpu", "tp", "gpu_memory_utilization", "kv_cache_dtype",
@@ -90,28 +90,11 @@ def _bundle(args: argparse.Namespace) -> int:
     if any(v is not None for v in spec.values()):
         inputs = run_inputs.RunInputs(inputs.run, inputs.requests, inputs.server,
                                       run_inputs.with_target_spec(inputs.deployment, **spec), inputs.path)
-    advice = advise(inputs, replay=not args.no_replay)
-    path = write_json(advice, args.bundle)
-    data = json.loads(path.read_text(encoding="utf-8"))
-    markdown = data["markdown"]
-    written = _write_report(Path(args.bundle), markdown)
+    data = advise_and_report(args.bundle, inputs, replay=not args.no_replay)
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        sys.stdout.write(markdown)
-        print(f"\nwrote {path} and {written}")
+        sys.stdout.write(data["markdown"])
+        print(f"\nwrote {Path(args.bundle) / 'advice.json'} and {Path(args.bundle) / 'report.html'}")
     return 0
 
-
-def _write_report(directory, markdown: str) -> str:
-    """The report with the Advice section first when the report module exists, else advice.md."""
-    try:
-        from harness.report import write_report  # type: ignore[attr-defined]
-    except ImportError:
-        write_report = None
-    if write_report is not None:
-        write_report(directory, advice_markdown=markdown)
-        return str(directory / "report.md")
-    path = directory / "advice.md"
-    path.write_text(markdown, encoding="utf-8")
-    return str(path)

@@ -22,11 +22,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from exporter.dialects.sample import HISTOGRAMS, QUANTITIES
+from harness.analysis.summary import write_summary
 from harness.request_record import RequestRecord
-from harness.summary import summarise
 
 _ARROW = {"str": pa.string(), "str | None": pa.string(), "float": pa.float64(), "int": pa.int64(),
-          "int | None": pa.int64(), "bool": pa.bool_(), "list[float]": pa.list_(pa.float64())}
+          "int | None": pa.int64(), "bool": pa.bool_(), "list[float]": pa.list_(pa.float64()),
+          "list[int]": pa.list_(pa.int64())}
 REQUEST_SCHEMA = pa.schema([(f.name, _ARROW[str(f.type)]) for f in fields(RequestRecord)])
 SERVER_FIXED = (("time_unix", pa.float64()), ("target", pa.string()), ("up", pa.bool_()), ("dialect", pa.string()),
                 ("model", pa.string()), ("instance", pa.string()), ("reason", pa.string()))
@@ -114,7 +115,5 @@ def write_bundle(out: Path, run_info: dict[str, Any], records_path: Path, export
     pq.write_table(table, out / "requests.parquet")
     server = server_frame(exporter_dir)
     server.to_parquet(out / "server.parquet", index=False)
-    summary = summarise(table.to_pandas(), server)
     write_json(out / "run.json", {**run_info, "versions": versions()})
-    write_json(out / "summary.json", summary)
-    return summary
+    return write_summary(out)

@@ -31,6 +31,7 @@ import gevent
 from gevent import GreenletExit
 from locust import FastHttpUser, events, task
 
+from harness.advisor.fingerprint import record_columns
 from harness.arrivals import ArrivalSchedule, Slot, make_offsets
 from harness.calibration import PROBE_SEEDS, PROBE_WORDS, Calibration, fit
 from harness.locust_context import RunContext, ServerInfo, context, install
@@ -180,12 +181,13 @@ class LLMUser(FastHttpUser):
     def send(self, spec: RequestSpec, slot: Slot | None = None) -> RequestRecord:
         ctx, o = self.ctx, self.ctx.opts
         model = ctx.server.model if ctx.server else (o.model or "default")
-        payload = json.dumps(body(spec, o.endpoint, model, o.temperature, o.ignore_eos,
-                                  seed=self.rng.randrange(1 << 31))).encode()
+        request_body = body(spec, o.endpoint, model, o.temperature, o.ignore_eos, seed=self.rng.randrange(1 << 31))
+        payload = json.dumps(request_body).encode()
         rec = RequestRecord(
             request_id=ctx.next_request_id(), worker_id=ctx.worker_id, workload=self.workload,
             endpoint=o.endpoint, send_time_unix=0.0, target_prompt_tokens=spec.target_prompt_tokens,
-            target_output_tokens=spec.target_output_tokens, phase=spec.phase, n=spec.n, prefix_id=spec.prefix_id)
+            target_output_tokens=spec.target_output_tokens, phase=spec.phase, n=spec.n, prefix_id=spec.prefix_id,
+            **record_columns(request_body))
         ctx.in_flight += 1
         try:
             self._stream(payload, rec, slot)

@@ -70,6 +70,11 @@ class RequestRecord:
     phase: str = "measure"  # "calibration" for the length-calibration probes
     n: int = 1  # choices requested (parallel sampling)
     prefix_id: int | None = None  # which shared prefix (shared_prefix / replay hash groups)
+    # Prompt fingerprint (harness.advisor.fingerprint): content-defined chunk hashes, so the
+    # advisor can find prefixes that are shared but not byte-identical without storing prompts.
+    prompt_chunk_hashes: list[int] = field(default_factory=list)
+    prompt_chunk_chars: list[int] = field(default_factory=list)
+    prompt_chars: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -249,6 +249,16 @@ def finish(run: Run, failure: RunFailed | None, master_rc: int | None) -> int:
         run.say(f"error: could not write the bundle ({exc!r}); raw files are in {run.paths['raw']}")
         return 1
     print_summary(summary, cfg.out)
+    if summary["client"]["ok"]:
+        run.say("advising and writing the report (what-if replays on the simulator)...")
+        try:
+            from harness.postprocess import advise_and_report
+
+            advice = advise_and_report(cfg.out)
+            run.say(f"advice: {len(advice['verdicts'])} verdict(s); report: {cfg.out / 'report.html'}")
+        except Exception as exc:  # the bundle is written; a failed report must not hide that
+            run.say(f"warning: could not write the advice and report ({exc!r}); "
+                    f"retry with: kvscope advise {cfg.out}")
     if failure:
         return failure.code
     if run.interrupts:

@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# The main job against the bundled engine. Sets itself up first (see scripts/setup.sh).
+# The main job: load-test the bundled engine (SmolLM2-135M on CPU) with a shared-prefix chat
+# workload and a KV budget small enough to force preemption, while the exporter watches the
+# KV cache; then write the results bundle, the advice and the report, and print the path.
+# Sets itself up first (see scripts/setup.sh). Extra arguments go to `kvscope run`, e.g.
+# ./scripts/demo.sh --num-blocks 256 (no preemption) or --duration 30s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/kvscope engine generate --model smollm2-135m --num-blocks 64 "$@"
+out="runs/demo-$(date +%Y%m%d-%H%M%S)"
+.venv/bin/kvscope run --workload shared_prefix --model smollm2-135m --num-blocks 64 \
+  --users 6 --duration 75s --num-prefixes 4 --prefix-tokens 192 --suffix-tokens 32 \
+  --output-tokens 48 --drain-timeout 60 --out "$out" "$@"
+echo "results bundle: $out (report: $out/report.html, advice: $out/advice.json)"
+echo "load it: .venv/bin/python -c \"from harness.results import load; print(load('$out').summary['headline'])\""
