@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
-from harness.procs import free_port, wait_http
+from harness_support import server
+
+from harness.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 _SHIM = ("import argparse, sys\n"
@@ -42,21 +44,8 @@ def serve_argv(port: int, *flags: str) -> list[str]:
 def engine(log_dir: Path, *flags: str, timeout_s: float = 180.0) -> Iterator[str]:
     """The bundled engine with `flags` (e.g. --model tiny-random --num-blocks 40); yields its URL."""
     port = free_port()
-    log = log_dir / f"engine-{port}.log"
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(serve_argv(port, *flags), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
-    try:
-        ok, reason = wait_http(f"http://127.0.0.1:{port}/health", timeout_s)
-        if not ok:
-            raise RuntimeError(f"engine did not start ({reason}): {log.read_text(errors='replace')[-2000:]}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with server(serve_argv(port, *flags), port, "/health", timeout_s, log_dir / f"engine-{port}.log") as url:
+        yield url
 
 
 def kvscope(*args: str, timeout_s: float = 300.0) -> tuple[int, str, float]:
