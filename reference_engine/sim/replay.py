@@ -84,7 +84,7 @@ class VirtualClock:
         self.t += max(0.0, seconds)
 
 
-class _NullTokenizer:
+class NullTokenizer:
     """Replays need token counts, not text; skipping detokenization keeps them fast."""
 
     eos_token_ids: tuple[int, ...] = ()
@@ -107,7 +107,7 @@ def _prompt_ids(req: TraceRequest, index: int, rng: random.Random) -> list[int]:
 
 def replay_trace(trace: list[TraceRequest], spec: SimSpec, config: EngineConfig, seed: int = 0) -> ReplayResult:
     clock = VirtualClock()
-    sim = build_sim_engine(spec, config, tokenizer=_NullTokenizer(), vocab=range(1000, 60_000))
+    sim = build_sim_engine(spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000))
     # Virtual time: the executor "sleeps" the modelled step by advancing the clock.
     sim.executor.clock = sim.engine.clock = clock.now
     sim.executor.sleeper = clock.advance
@@ -137,7 +137,7 @@ def replay_trace(trace: list[TraceRequest], spec: SimSpec, config: EngineConfig,
         outputs = engine.step()
         pending_weight += clock.t - before
         if engine.stats.steps % SHARE_EVERY == 0 or not engine.has_unfinished():
-            weighted_share += _token_state_share(engine.scheduler.running, kv) * pending_weight
+            weighted_share += token_state_share(engine.scheduler.running, kv) * pending_weight
             busy += pending_weight
             pending_weight = 0.0
         result.max_running = max(result.max_running, len(engine.scheduler.running))
@@ -165,7 +165,7 @@ def replay_trace(trace: list[TraceRequest], spec: SimSpec, config: EngineConfig,
     return result
 
 
-def _token_state_share(running, kv) -> float:
+def token_state_share(running, kv) -> float:
     """Tokens whose KV is stored, over the slots of every allocated block (shared blocks once)."""
     filled: dict[int, int] = {}
     bs = kv.block_size

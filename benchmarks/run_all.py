@@ -1,0 +1,173 @@
+"""Run the CPU benchmark set and rewrite benchmarks/RESULTS.md: `make bench`.
+
+Usage: python -m benchmarks.run_all [--budget-s 840] [--only paper_memory,paper_sharing] [--out PATH]
+
+Each benchmark runs as its own subprocess with a timeout, in its own process group (so a
+server it started goes down with it), and prints markdown that is copied into RESULTS.md
+under its command, the machine and the date. A benchmark that is missing, fails, times out
+or does not fit in what is left of the overall budget is reported as such; the run goes on.
+The overall budget keeps `make bench` under 15 minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.machine_info import machine
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+@dataclass(frozen=True, slots=True)
+class Bench:
+    key: str
+    title: str
+    argv: tuple[str, ...]
+    timeout_s: int
+    script: str  # the file that must exist for it to run
+
+    @property
+    def command(self) -> str:
+        return " ".join(("python",) + self.argv[1:])
+
+
+def _module(key: str, title: str, module: str, timeout_s: int, *args: str) -> Bench:
+    return Bench(key, title, (PY, "-m", module, *args), timeout_s, module.replace(".", "/") + ".py")
+
+
+def _script(key: str, title: str, path: str, timeout_s: int, *args: str) -> Bench:
+    return Bench(key, title, (PY, path, *args), timeout_s, path)
+
+
+BENCHES = (
+    _module("paper_memory", "PagedAttention memory: token-state share, batch size, throughput",
+            "benchmarks.paper_memory", 420),
+    _module("paper_sharing", "KV sharing: parallel sampling and a shared system prompt", "benchmarks.paper_sharing", 120),
+    _module("engine_decode", "SmolLM2-135M decode throughput on CPU (torch backend, in-process)",
+            "benchmarks.engine_decode_bench", 180, "--threads", "1,0"),
+    _script("scheduler", "Scheduler + KV manager time per step (target <= 1 ms at 256 running)",
+            "benchmarks/scheduler_bench.py", 60),
+    _script("exporter", "Exporter: parse + normalise speed and sidecar footprint", "benchmarks/exporter_bench.py", 120),
+    _script("server_overhead", "Server: HTTP overhead and simulated-server capacity", "benchmarks/server_overhead.py", 240),
+    # Ten 20-second Locust runs by default; it gets what the rest of the budget leaves.
+    _script("harness_client_capacity", "Harness: load one Locust worker drives",
+            "benchmarks/harness_client_capacity.py", 480),
+)
+
+
+@dataclass(slots=True)
+class Outcome:
+    bench: Bench
+    status: str  # ok | failed | timed out | missing | skipped
+    machine_line: str = ""  # the machine, its load and the date when the benchmark started
+    seconds: float = 0.0
+    stdout: str = ""
+    detail: str = ""
+
+
+def run_bench(bench: Bench, timeout_s: float) -> Outcome:
+    started = machine().line()
+    if not (ROOT / bench.script).exists():
+        return Outcome(bench, "missing", started, detail=f"{bench.script} does not exist in this tree")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(bench.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group this call started, servers included
+        out, err = proc.communicate()
+        return Outcome(bench, "timed out", started, time.monotonic() - t0, out,
+                       f"killed after {timeout_s:.0f} s; partial output kept below" if out.strip() else
+                       f"killed after {timeout_s:.0f} s with no output")
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0:
+        tail = "\n".join(err.strip().splitlines()[-15:])
+        return Outcome(bench, "failed", started, seconds, out, f"exit status {proc.returncode}; stderr tail:\n\n```\n{tail}\n```")
+    return Outcome(bench, "ok", started, seconds, out)
+
+
+def nest_headings(markdown: str, top: int = 3) -> str:
+    """Shift a benchmark's own headings so its highest becomes level `top`: its sections then
+    sit under the benchmark's "##" section instead of competing with the page's."""
+    lines = markdown.splitlines()
+    levels = [len(line) - len(line.lstrip("#")) for line in lines if line.startswith("#")]
+    if not levels:
+        return markdown
+    shift = top - min(levels)
+    return "\n".join("#" * shift + line if line.startswith("#") and shift > 0 else line for line in lines)
+
+
+def kernels_section() -> str:
+    md = ROOT / "benchmarks" / "kernels_gpu.md"
+    if md.exists():
+        return md.read_text(encoding="utf-8").strip()
+    return ("`benchmarks/kernels_gpu.py` (Triton decode bandwidth, paging overhead, fp8 and prefill kernels) needs "
+            "CUDA. No GPU was available in this session, so it was not run; on a CUDA machine run "
+            "`python benchmarks/kernels_gpu.py --out benchmarks/kernels_gpu.md` and `make bench` includes the "
+            "result here. Its CPU smoke mode (`--smoke`, TRITON_INTERPRET=1) only checks that the script runs.")
+
+
+def render(outcomes: list[Outcome], machine_line: str, total_s: float) -> str:
+    lines = [
+        "# kvscope benchmark results",
+        "",
+        f"Generated by `make bench` (`python -m benchmarks.run_all`) in {total_s:.0f} s; finished on: {machine_line}.",
+        "Every figure below was produced by the command above its table on this machine; CPU timings on a shared "
+        "machine are noisy, so quote ratios measured within one run.",
+        "",
+        "| benchmark | status | seconds | command |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {o.bench.key} | {o.status} | {o.seconds:.0f} | `{o.bench.command}` |" for o in outcomes]
+    for o in outcomes:
+        lines += ["", f"## {o.bench.title}", "", f"Command: `{o.bench.command}` (timeout {o.bench.timeout_s} s). "
+                  f"Machine: {o.machine_line or machine_line}. Status: **{o.status}** in {o.seconds:.0f} s.", ""]
+        if o.detail:
+            lines += [o.detail, ""]
+        if o.stdout.strip():
+            lines.append(nest_headings(o.stdout.strip()))
+    lines += ["", "## GPU kernels", "", kernels_section(), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget-s", type=float, default=840.0, help="overall time budget (default 14 min)")
+    ap.add_argument("--only", default="", help="comma-separated keys to run (default: all)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    args = ap.parse_args()
+    only = {k for k in args.only.split(",") if k}
+    t0 = time.monotonic()
+    outcomes = []
+    for bench in BENCHES:
+        if only and bench.key not in only:
+            continue
+        left = args.budget_s - (time.monotonic() - t0)
+        if left < 30:
+            outcomes.append(Outcome(bench, "skipped", machine().line(),
+                                    detail=f"not run: only {left:.0f} s of the budget was left"))
+            continue
+        print(f"[run_all] {bench.key} (up to {min(bench.timeout_s, left):.0f} s)", file=sys.stderr, flush=True)
+        outcome = run_bench(bench, min(bench.timeout_s, left))
+        print(f"[run_all] {bench.key}: {outcome.status} in {outcome.seconds:.0f} s", file=sys.stderr, flush=True)
+        outcomes.append(outcome)
+    total = time.monotonic() - t0
+    text = render(outcomes, machine().line(), total)
+    out = Path(args.out)
+    tmp = out.with_suffix(".md.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)  # readers never see half a file
+    print(f"[run_all] wrote {out} in {total:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
