@@ -15,11 +15,11 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from harness_support import ROOT, server
+from prom_util import SHIPPED_PROM_DIR, free_port, query, shipped_prometheus
 from test_exporter_engine_integration import complete, engine_argv
 
 from dashboards.generate import all_panel_queries, build_all
-from harness_support import ROOT, server
-from prom_util import SHIPPED_PROM_DIR, free_port, query, shipped_prometheus
 
 
 def shortened_alerts(tmp_path: Path) -> Path:

@@ -2,8 +2,8 @@
 are counted exactly, and bad input is refused without disturbing other requests."""
 
 import pytest
-
 from engine_fakes import check_invariants, make_engine
+
 from reference_engine.sampling_params import InvalidRequestError, SamplingParams
 
 PROMPTS = [[(i * 13 + j * 7) % 90 + 1 for j in range(5 + 9 * i)] for i in range(8)]

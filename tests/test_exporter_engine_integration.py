@@ -11,10 +11,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from harness_support import ROOT, server
 from prom_util import free_port
+from prometheus_client.parser import text_string_to_metric_families
 
 SYSTEM = "You are a careful assistant who answers questions about the weather in great detail. "
 

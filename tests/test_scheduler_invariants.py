@@ -1,9 +1,9 @@
 """Property-based checks of the block pool, KV manager and scheduler over random workloads."""
 
+from engine_fakes import check_invariants, make_engine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_fakes import check_invariants, make_engine
 from reference_engine.sampling_params import SamplingParams
 
 request_st = st.tuples(
