@@ -13,31 +13,15 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
 from pathlib import Path
 
-from harness_support import server
+from harness_support import ROOT, server
 
 from harness.procs import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
-_SHIM = ("import argparse, sys\n"
-         "from reference_engine.server.serve_cli import register_serve\n"
-         "p = argparse.ArgumentParser(); register_serve(p.add_subparsers())\n"
-         "a = p.parse_args(['serve', *sys.argv[1:]]); sys.exit(a.func(a))\n")
-
-
-@cache
-def engine_serve_available() -> bool:
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "engine", "serve", "--help"], capture_output=True,
-                         text=True, timeout=120, cwd=ROOT)
-    return out.returncode == 0
-
 
 def serve_argv(port: int, *flags: str) -> list[str]:
-    base = ([sys.executable, "-m", "harness.cli", "engine", "serve"] if engine_serve_available()
-            else [sys.executable, "-c", _SHIM])
-    return [*base, "--host", "127.0.0.1", "--port", str(port), *flags]
+    return [sys.executable, "-m", "harness.cli", "engine", "serve", "--host", "127.0.0.1", "--port", str(port), *flags]
 
 
 @contextmanager

@@ -18,12 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 STANDIN = Path(__file__).resolve().parent / "harness_standin.py"
 
 
-def engine_serve_available() -> bool:
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "engine", "serve", "--help"], capture_output=True,
-                         text=True, timeout=120, cwd=ROOT)
-    return out.returncode == 0
-
-
 @contextmanager
 def server(argv: list[str], port: int, health: str, timeout_s: float, log: Path) -> Iterator[str]:
     with open(log, "wb") as f:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from harness_support import ROOT, engine_serve_available, kvscope_run
+from harness_support import ROOT, kvscope_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -21,8 +21,6 @@ def kvscope(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def preempting_run(tmp_path_factory):
-    if not engine_serve_available():
-        pytest.skip("`kvscope engine serve` is not available in this tree yet")
     out = tmp_path_factory.mktemp("run") / "b"
     # Closed loop: 16 requests of ~160 tokens (10 blocks) always in flight against a 40-block
     # pool preempts however fast or slow the machine is (an open-loop rate would not).

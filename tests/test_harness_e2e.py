@@ -14,7 +14,6 @@ from harness.results import load
 from tests.harness_support import (
     ROOT,
     engine,
-    engine_serve_available,
     finished_requests,
     kvscope_run,
     locust_requests,
@@ -25,8 +24,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def engine_url(tmp_path_factory):
-    if not engine_serve_available():
-        pytest.skip("`kvscope engine serve` is not available in this tree yet")
     with engine(tmp_path_factory.mktemp("engine"), "--num-blocks", "256") as url:
         yield url
 
@@ -90,8 +87,6 @@ def test_plain_locust_runs_a_workload(engine_url, tmp_path):
 
 
 def test_interrupt_mid_run_writes_a_consistent_bundle(tmp_path):
-    if not engine_serve_available():
-        pytest.skip("`kvscope engine serve` is not available in this tree yet")
     out = tmp_path / "b"
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--quiet", "--workload", "chat", "--model",
                              "tiny-random", "--users", "4", "--duration", "120s", "--max-prompt-tokens", "256",

@@ -204,15 +204,11 @@ def test_summary_and_bundle_schema_with_no_records(tmp_path) -> None:
 def test_prompt_words_are_one_token_each_for_smollm2() -> None:
     """The word list's promise, checked against a real BPE vocabulary (SmolLM2's)."""
     from harness.prompt_words import WORDS, text
+    from reference_engine.model.gguf_loader import _fields, _read
+    from reference_engine.model.registry import smollm2_gguf_path
+    from reference_engine.model.tokenizer import tokenizer_from_gguf
 
-    try:
-        from reference_engine.model.gguf_loader import _fields, _read
-        from reference_engine.model.registry import smollm2_gguf_path
-        from reference_engine.model.tokenizer import tokenizer_from_gguf
-
-        path = smollm2_gguf_path()
-    except Exception as exc:  # the model package is optional
-        pytest.skip(f"SmolLM2 is not installed: {exc}")
+    path = smollm2_gguf_path()
     tok = tokenizer_from_gguf(_fields(_read(path)), path)
     assert [w for w in WORDS if len(tok.encode(" " + w, add_special_tokens=False)) != 1] == []
     assert len(tok.encode(text(random.Random(0), 1000), add_special_tokens=False)) == 1000

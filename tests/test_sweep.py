@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from analysis_runs import engine, engine_serve_available, kvscope
+from analysis_runs import kvscope
 
 from harness.analysis.knee import elasticity, find_knee, highest_meeting
 from harness.cli import build_parser
@@ -65,11 +65,8 @@ def test_three_point_sweep_on_the_bundled_engine_names_a_knee(tmp_path):
     out = tmp_path / "sweep"
     args = ["sweep", "--concurrency", "1,8,64", "--duration-per-point", "10s", "--workload", "shared_prefix",
             "--output-tokens", "32", "--slo", "ttft=2s", "--out", str(out)]
-    if engine_serve_available():  # the user's path: the sweep starts the bundled engine once
-        rc, log, seconds = kvscope(*args, "--model", "tiny-random", timeout_s=420)
-    else:  # until `kvscope engine serve` is wired: the same engine, started here, as --target
-        with engine(tmp_path, "--model", "tiny-random") as url:
-            rc, log, seconds = kvscope(*args, "--target", url, timeout_s=420)
+    # The user's path: the sweep starts the bundled engine once and reuses it for every point.
+    rc, log, seconds = kvscope(*args, "--model", "tiny-random", timeout_s=420)
     assert rc == 0, log
     sw = json.loads((out / "sweep.json").read_text())
     assert sw["status"] == "completed" and [p["load"] for p in sw["points"]] == [1, 8, 64]
