@@ -151,8 +151,8 @@ def _latency(layout: Layout, q: Promql) -> None:
         ("Queue time", "kvscope_request_queue_time_seconds",
          "Time waiting before the first schedule; grows when the KV pool is full."),
     ):
-        exprs = {f"p{round(p * 100)}": per_model.quantile(p, histogram) for p in (0.5, 0.95, 0.99)}
-        layout.add(latency(title, f"{what}\n\nMetric: `{histogram}`", exprs, "{{target}} {{model}}"), w=12)
+        layout.add(latency(title, f"{what}\n\nMetric: `{histogram}`", per_model.latency_quantiles(histogram),
+                           "{{target}} {{model}}"), w=12)
 
 
 def _throughput(layout: Layout, q: Promql) -> None:

@@ -68,6 +68,10 @@ class Promql:
         keep = f"le, {labels}" if labels else "le"
         return f"histogram_quantile({q}, sum by ({keep}) ({self.rate(histogram + '_bucket', window=window)}))"
 
+    def latency_quantiles(self, histogram: str, qs: tuple[float, ...] = (0.5, 0.95, 0.99)) -> dict[str, str]:
+        """The p50/p95/p99 expressions every latency panel shows, keyed `p50`, `p95`, `p99`."""
+        return {f"p{round(q * 100)}": self.quantile(q, histogram) for q in qs}
+
     def mean(self, histogram: str, by: str | None = None, window: str = RATE_INTERVAL) -> str:
         """Mean observation: rate of `_sum` over rate of `_count` (never `rate(_sum)` alone)."""
         return self.ratio(f"{histogram}_sum", f"{histogram}_count", by=by, window=window)

@@ -122,8 +122,8 @@ def _prefix_and_latency(layout: Layout, q: Promql) -> None:
         ("End-to-end request latency", "vllm:e2e_request_latency_seconds"),
         ("Queue time", "vllm:request_queue_time_seconds"),
     ):
-        exprs = {f"p{round(p * 100)}": per_model.quantile(p, histogram) for p in (0.5, 0.95, 0.99)}
-        layout.add(latency(title, f"Metric: `{histogram}`", exprs, "{{model_name}}"), w=12)
+        layout.add(latency(title, f"Metric: `{histogram}`", per_model.latency_quantiles(histogram),
+                           "{{model_name}}"), w=12)
 
 
 def _throughput(layout: Layout, q: Promql) -> None:
