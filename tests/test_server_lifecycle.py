@@ -142,24 +142,45 @@ def stream_body(max_tokens: int) -> dict:
     return {"model": MODEL, "prompt": "Keep going", "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
 
 
+def stream_in_background(port: int, body: dict, key: str | None = None) -> tuple[threading.Thread, list[str]]:
+    """Starts a streaming request and returns once its first token has arrived, so the request
+    is known to be in flight (a fixed sleep is too short on a slow machine, too long on a fast one)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    conn.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers=headers)
+    response = conn.getresponse()
+    assert response.status == 200
+    events: list[str] = []
+    while not events:
+        raw = response.readline()
+        assert raw, "the stream ended before its first event"
+        if raw.startswith(b"data: "):
+            events.append(raw.decode().strip()[6:])
+
+    def read_rest():
+        try:
+            events.extend(line.decode().strip()[6:] for line in response if line.startswith(b"data: "))
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=read_rest)
+    thread.start()
+    return thread, events
+
+
 def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")
     server = ServerProcess("--model", "tiny-random", "--served-model-name", MODEL, "--num-blocks", "128",
                            "--api-key-file", str(key_file), "--access-log", "--log-level", "debug",
                            "--shutdown-grace", "300")
-    result = {}
-    thread = threading.Thread(target=lambda: result.update(
-        zip(("status", "payload", "headers"), request(server.port, "POST", "/v1/completions", stream_body(800), KEY))))
-    thread.start()
-    time.sleep(0.5)  # the request is in flight, with seconds of work left
+    thread, events = stream_in_background(server.port, stream_body(800), KEY)
     server.proc.send_signal(signal.SIGTERM)
     time.sleep(0.05)
     status, payload, _ = request(server.port, "POST", "/v1/completions", {"model": MODEL, "prompt": "x"}, KEY)
     assert status == 503 and error_of(payload)["code"] == "shutting_down"
     thread.join(60)
     assert server.wait() == 0
-    events = [line[6:] for line in result["payload"].decode().splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     final = json.loads(events[-2])
     assert final["choices"][0]["finish_reason"] == "length" and "kvscope" in final  # finished, not cut off
@@ -170,16 +191,11 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
 def test_sigterm_aborts_what_outlives_the_grace_period():
     server = ServerProcess("--model", "tiny-random", "--served-model-name", MODEL, "--num-blocks", "256",
                            "--shutdown-grace", "0.3")
-    result = {}
-    thread = threading.Thread(target=lambda: result.update(
-        zip(("status", "payload", "headers"), request(server.port, "POST", "/v1/completions", stream_body(3000)))))
-    thread.start()
-    time.sleep(0.5)
+    thread, events = stream_in_background(server.port, stream_body(3000))
     started = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     thread.join(60)
     assert server.wait() == 0 and time.monotonic() - started < 20
-    events = [line[6:] for line in result["payload"].decode().splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     final = json.loads(events[-2])
     assert final["choices"][0]["finish_reason"] == "abort" and final["kvscope"]["e2e_s"] > 0
