@@ -23,6 +23,7 @@ EXPORTER_KEY = web.AppKey("exporter", Exporter)
 REGISTRY_KEY = web.AppKey("registry", object)
 TASK_KEY = web.AppKey("loop_task", asyncio.Task)
 STOP_KEY = web.AppKey("stop", asyncio.Event)
+RENDERED_KEY = web.AppKey("rendered", dict)  # {(content type, exporter ingests): body}
 
 
 def _clean(x: Any) -> Any:
@@ -59,8 +60,15 @@ def point_view(p: Point) -> dict[str, Any]:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    """Rendering ~1,000 lines costs milliseconds; it is redone only after the next ingest."""
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    body = encoder(request.app[REGISTRY_KEY])  # type: ignore[arg-type]
+    cache = request.app[RENDERED_KEY]
+    key = (content_type, request.app[EXPORTER_KEY].ingests)
+    body = cache.get(key)
+    if body is None:
+        body = encoder(request.app[REGISTRY_KEY])  # type: ignore[arg-type]
+        cache.clear()
+        cache[key] = body
     resp = web.Response(body=body)
     resp.headers["Content-Type"] = content_type
     return resp
@@ -116,6 +124,7 @@ def make_app(exporter: Exporter, run_loop: bool = True) -> web.Application:
     app = web.Application()
     app[EXPORTER_KEY] = exporter
     app[REGISTRY_KEY] = make_registry(exporter)
+    app[RENDERED_KEY] = {}
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/v1/targets", targets)
     app.router.add_get("/api/v1/samples", samples)

@@ -214,3 +214,34 @@ def test_promtool_accepts_metrics_for_every_fixture(path: Path, tmp_path: Path) 
     for i in range(3):
         exporter.ingest(exporter.states[0], ScrapeResult(text, None, "", 0.01), time.time() + i)
     check_promtool(generate_latest(make_registry(exporter)).decode(), tmp_path)
+
+
+def test_metrics_rendering_is_reused_until_the_next_ingest() -> None:
+    import time
+
+    from exporter.scrape import ScrapeResult
+
+    state = EngineState(running=3, waiting=4, kv_usage=0.5)
+    exporter = Exporter([Target("t", "http://127.0.0.1:1/metrics")])
+    lab = (("instance", "0"), ("model", "tiny"), ("target", "t"))
+
+    def ingest() -> None:
+        text = vllm_v1_exposition([state], model="tiny", cache_dtype="auto", gpu_memory_utilization=0.8)
+        exporter.ingest(exporter.states[0], ScrapeResult(text, None, "", 0.01), time.time())
+
+    async def main() -> None:
+        async with serve_app(make_app(exporter, run_loop=False)) as base, aiohttp.ClientSession() as s:
+            ingest()
+            first = (await get(s, base + "/metrics"))[1]
+            assert families(first)[("kvscope_kv_usage_ratio", lab)] == 0.5
+            state.kv_usage = 0.9  # the engine moved, but the exporter has not scraped it yet
+            assert (await get(s, base + "/metrics"))[1] == first
+            ingest()
+            assert families((await get(s, base + "/metrics"))[1])[("kvscope_kv_usage_ratio", lab)] == 0.9
+            async with s.get(base + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}) as r:
+                assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+                assert (await r.text()).rstrip().endswith("# EOF")
+            plain = (await get(s, base + "/metrics"))[1]  # the OpenMetrics body was not served as text
+            assert not plain.rstrip().endswith("# EOF")
+
+    asyncio.run(main())

@@ -102,16 +102,18 @@ def test_disconnect_mid_stream_frees_blocks_at_once(roomy):
 
 async def _two_requests_second_leaves_while_queued(url: str) -> None:
     """max_num_seqs=1: the second request waits in the queue; its client gives up there."""
-    long = {"model": MODEL, "prompt": "first", "max_tokens": 1000, "ignore_eos": True}
+    long = {"model": MODEL, "prompt": "first", "max_tokens": 1000, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
     queued = {"model": MODEL, "prompt": "second", "max_tokens": 150, "ignore_eos": True}
     async with aiohttp.ClientSession() as session:
-        first = asyncio.ensure_future(session.post(url + "/v1/completions", json=long))
-        await asyncio.sleep(0.3)
+        first = await session.post(url + "/v1/completions", json=long)
+        assert first.status == 200
+        await first.content.readline()  # its first token: it holds the only running slot for ~1,000 steps
         with pytest.raises(asyncio.TimeoutError):
-            await session.post(url + "/v1/completions", json=queued, timeout=aiohttp.ClientTimeout(total=0.5))
-        response = await first
-        assert response.status == 200
-        assert (await response.json())["usage"]["completion_tokens"] == 1000
+            await session.post(url + "/v1/completions", json=queued, timeout=aiohttp.ClientTimeout(total=0.3))
+        events = [line[6:].strip() async for line in first.content if line.startswith(b"data: ")]
+        assert events[-1] == b"[DONE]"
+        assert json.loads(events[-2])["usage"]["completion_tokens"] == 1000
 
 
 def test_non_streaming_client_that_gives_up_while_queued_is_aborted(roomy):
