@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from prom_util import stop_process
+
 from harness.procs import free_port, http_get, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,12 +30,7 @@ def server(argv: list[str], port: int, health: str, timeout_s: float, log: Path)
             raise RuntimeError(f"server did not start ({reason}): {log.read_text(errors='replace')[-2000:]}")
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc, 20)
 
 
 @contextmanager

@@ -81,13 +81,19 @@ def _get_json(url: str, timeout: float = 5.0) -> dict:
         return json.loads(resp.read().decode())
 
 
+def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 @contextlib.contextmanager
-def start_prometheus(tmp_path: Path, scrape_targets: list[str], rule_files: Sequence[str | Path] = (),
-                     scrape_interval: str = "1s", ready_timeout: float = 30.0) -> Iterator[str]:
-    """Run Prometheus scraping `scrape_targets`; yields its base URL (http://127.0.0.1:PORT)."""
-    work = Path(tmp_path) / f"prometheus-{free_port()}"
-    work.mkdir(parents=True)
-    config = write_config(work, scrape_targets, rule_files, scrape_interval)
+def running_prometheus(config: Path, work: Path, ready_timeout: float = 30.0) -> Iterator[str]:
+    """Run Prometheus on `config` with its TSDB and log under `work`; yields its base URL once ready."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = open(work / "prometheus.log", "wb")  # noqa: SIM115 - closed in finally
@@ -112,13 +118,19 @@ def start_prometheus(tmp_path: Path, scrape_targets: list[str], rule_files: Sequ
             time.sleep(0.2)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 20)
         log.close()
+
+
+@contextlib.contextmanager
+def start_prometheus(tmp_path: Path, scrape_targets: list[str], rule_files: Sequence[str | Path] = (),
+                     scrape_interval: str = "1s", ready_timeout: float = 30.0) -> Iterator[str]:
+    """Run Prometheus scraping `scrape_targets`; yields its base URL (http://127.0.0.1:PORT)."""
+    work = Path(tmp_path) / f"prometheus-{free_port()}"
+    work.mkdir(parents=True)
+    config = write_config(work, scrape_targets, rule_files, scrape_interval)
+    with running_prometheus(config, work, ready_timeout) as base:
+        yield base
 
 
 def query(base: str, promql: str) -> list[dict]:
@@ -163,24 +175,5 @@ def shipped_prometheus(tmp_path: Path, exporter_port: int, engine_port: int, rul
     for job in config["scrape_configs"]:
         job["static_configs"] = [{"targets": [f"127.0.0.1:{ports[job['job_name']]}"]}]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if urllib.request.urlopen(f"{base}/-/ready", timeout=1).status == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()
-            time.sleep(0.2)
+    with running_prometheus(tmp_path / "prometheus.yml", tmp_path) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from prom_util import stop_process
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -122,9 +123,4 @@ def open_in_chromium(path: Path, timeout_s: float = 60.0) -> PageReport:
             port = int(port_file.read_text().splitlines()[0])
             return asyncio.run(asyncio.wait_for(_inspect(port, path.resolve().as_uri()), timeout_s))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_process(proc, 10)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 from harness_support import ROOT, server
-from prom_util import SHIPPED_PROM_DIR, free_port, query, shipped_prometheus
+from prom_util import SHIPPED_PROM_DIR, free_port, query, shipped_prometheus, stop_process
 from test_exporter_engine_integration import complete, engine_argv
 
 from dashboards.generate import all_panel_queries, build_all
@@ -100,5 +100,4 @@ def test_dashboards_and_alerts_on_real_prometheus_exporter_and_engine(tmp_path):
         finally:
             stop.set()
             loader.join(120)
-            exporter.terminate()
-            exporter.wait(20)
+            stop_process(exporter, 20)
