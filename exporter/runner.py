@@ -84,16 +84,18 @@ class Exporter:
             raise ValueError(f"target names must be unique: {names}")
         self.states = [TargetState(t, TargetSeries(self.options.history)) for t in targets]
         self.recorder = Recorder(self.options.record_dir) if self.options.record_dir else None
-        # Bumped by every ingest: what /metrics shows can only change then, so a rendering is
-        # reusable until it moves (HA Prometheus pairs and dashboards fetch between ticks).
-        self.ingests = 0
+
+    @property
+    def ingests(self) -> int:
+        """Scrape results taken in so far. What /metrics shows changes only when this moves,
+        so a rendering is reusable until then (HA Prometheus pairs fetch between ticks)."""
+        return sum(st.scrapes for st in self.states)
 
     def state(self, name: str) -> TargetState | None:
         return next((s for s in self.states if s.target.name == name), None)
 
     def ingest(self, state: TargetState, result: ScrapeResult, t: float) -> Point:
         """Turn one scrape result into a Point, update counters and derived values."""
-        self.ingests += 1
         state.scrapes += 1
         state.last_duration = result.duration
         point = Point(t, False, reason=result.reason)

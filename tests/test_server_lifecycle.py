@@ -26,15 +26,16 @@ KEY = "sk-test-4f1c9a7e-very-secret"
 MODEL = "tiny"
 
 
+def json_headers(key: str | None) -> dict[str, str]:
+    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key is not None else {})}
+
+
 def request(port: int, method: str, path: str, body: dict | bytes | None = None, key: str | None = None,
             timeout: float = 120) -> tuple[int, bytes, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        headers["Authorization"] = f"Bearer {key}"
     data = json.dumps(body).encode() if isinstance(body, dict) else body
     try:
-        conn.request(method, path, body=data, headers=headers)
+        conn.request(method, path, body=data, headers=json_headers(key))
         response = conn.getresponse()
         return response.status, response.read(), dict(response.getheaders())
     finally:
@@ -146,8 +147,7 @@ def stream_in_background(port: int, body: dict, key: str | None = None) -> tuple
     """Starts a streaming request and returns once its first token has arrived, so the request
     is known to be in flight (a fixed sleep is too short on a slow machine, too long on a fast one)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    conn.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers=headers)
+    conn.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers=json_headers(key))
     response = conn.getresponse()
     assert response.status == 200
     events: list[str] = []
