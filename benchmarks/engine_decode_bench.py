@@ -43,8 +43,14 @@ class DecodeResult:
         return 1e3 * self.seconds / self.decode_steps
 
 
-def measure_decode(batches: list[int], prompt_len: int = 64, decode: int = 32, model: str = "smollm2-135m",
-                   threads: int = 0, loaded=None) -> list[DecodeResult]:
+def measure_decode(
+    batches: list[int],
+    prompt_len: int = 64,
+    decode: int = 32,
+    model: str = "smollm2-135m",
+    threads: int = 0,
+    loaded=None,
+) -> list[DecodeResult]:
     """A fresh engine per batch size (pool sized for the largest batch) on one loaded model.
     `threads` 0 means one per core; the engine's own default is half the cores."""
     from reference_engine.engine_factory import build_engine
@@ -54,9 +60,14 @@ def measure_decode(batches: list[int], prompt_len: int = 64, decode: int = 32, m
     block_size = 16
     per_request = -(-(prompt_len + decode + 1) // block_size)
     config = EngineConfig(
-        model=model, block_size=block_size, num_blocks=1 + max(batches) * per_request,
-        max_model_len=prompt_len + decode + 1, max_num_seqs=max(batches),
-        max_num_batched_tokens=max(batches) * prompt_len, attention_backend="torch", enable_prefix_caching=False,
+        model=model,
+        block_size=block_size,
+        num_blocks=1 + max(batches) * per_request,
+        max_model_len=prompt_len + decode + 1,
+        max_num_seqs=max(batches),
+        max_num_batched_tokens=max(batches) * prompt_len,
+        attention_backend="torch",
+        enable_prefix_caching=False,
         num_threads=threads,
     )
     loaded = loaded or load_model(model, config.dtype, config.device, config.seed)
@@ -86,11 +97,18 @@ def markdown(results: list[DecodeResult]) -> str:
         "|---|---|---|---|---|",
     ]
     for r in results:
-        base = next((b.tokens_per_s for b in results if b.threads == r.threads and b.batch == 1), r.tokens_per_s)
-        lines.append(f"| {r.threads} | {r.batch} | {r.tokens_per_s:.1f} | {r.ms_per_step:.1f} "
-                     f"| {r.tokens_per_s / base:.2f}x |")
-    lines += ["", "Several torch threads on a machine whose cores are busy with other work stall at every "
-              "parallel region; one thread is the steadier figure there."]
+        base = next(
+            (b.tokens_per_s for b in results if b.threads == r.threads and b.batch == 1), r.tokens_per_s
+        )
+        lines.append(
+            f"| {r.threads} | {r.batch} | {r.tokens_per_s:.1f} | {r.ms_per_step:.1f} "
+            f"| {r.tokens_per_s / base:.2f}x |"
+        )
+    lines += [
+        "",
+        "Several torch threads on a machine whose cores are busy with other work stall at every "
+        "parallel region; one thread is the steadier figure there.",
+    ]
     return "\n".join(lines)
 
 
@@ -105,8 +123,11 @@ def main() -> None:
 
     loaded = load_model("smollm2-135m", "float32", "cpu", 0)
     batches = [int(b) for b in args.batches.split(",")]
-    results = [r for t in args.threads.split(",")
-               for r in measure_decode(batches, args.prompt_len, args.decode, threads=int(t), loaded=loaded)]
+    results = [
+        r
+        for t in args.threads.split(",")
+        for r in measure_decode(batches, args.prompt_len, args.decode, threads=int(t), loaded=loaded)
+    ]
     print(markdown(results))
 
 

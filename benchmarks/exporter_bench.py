@@ -61,9 +61,14 @@ def parse_bench(runs: int) -> list[tuple[str, ...]]:
     assert len(n.instances) == 8 and all(s.kv_capacity_tokens for s in n.instances)
     rows = [
         (f"kvscope parse ({lines} lines, 8 engines)", lambda: parse_exposition(text)),
-        ("kvscope parse + normalise (detect, 8 instances + aggregate)", lambda: normalise(parse_exposition(text))),
-        ("prometheus_client text_string_to_metric_families (parse only)",
-         lambda: list(text_string_to_metric_families(text))),
+        (
+            "kvscope parse + normalise (detect, 8 instances + aggregate)",
+            lambda: normalise(parse_exposition(text)),
+        ),
+        (
+            "prometheus_client text_string_to_metric_families (parse only)",
+            lambda: list(text_string_to_metric_families(text)),
+        ),
     ]
     return [(name, *(f"{v:.2f}" for v in timed(fn, runs))) for name, fn in rows]
 
@@ -86,8 +91,11 @@ def start_targets(n: int) -> tuple[list[str], threading.Event]:
 
             async def metrics(request: web.Request, step=step, i=i) -> web.Response:
                 step["n"] += 1
-                return web.Response(text=vllm_v1_exposition(demo_engines(2, step["n"]), model=f"model-{i}"),
-                                    content_type="text/plain")
+                return web.Response(
+                    text=vllm_v1_exposition(demo_engines(2, step["n"]), model=f"model-{i}"),
+                    content_type="text/plain",
+                )
+
             app = web.Application()
             app.router.add_get("/metrics", metrics)
             runner = web.AppRunner(app, access_log=None)
@@ -154,12 +162,17 @@ def footprint(seconds: float) -> list[tuple[str, str]]:
     return [
         ("targets x exposition size", f"4 x ~{lines} lines (vLLM V1, 2 engines each), 1 s interval"),
         ("measured for", f"two windows of {seconds:.0f} s after a 3 s warm-up"),
-        ("scrapes per target / all up", f"{min(t['scrapes'] for t in targets)}-{max(t['scrapes'] for t in targets)}"
-                                        f" / {all(t['up'] for t in targets)}"),
+        (
+            "scrapes per target / all up",
+            f"{min(t['scrapes'] for t in targets)}-{max(t['scrapes'] for t in targets)}"
+            f" / {all(t['up'] for t in targets)}",
+        ),
         ("RSS (mean / max)", f"{statistics.mean(rss) / 2**20:.1f} MiB / {max(rss) / 2**20:.1f} MiB"),
         ("CPU, scraping only (% of one core; target <= 2 %)", f"{100 * cpu_quiet:.1f} %"),
-        (f"CPU, plus its own /metrics ({exported_lines} lines) fetched once a second",
-         f"{100 * cpu_fetched:.1f} %"),
+        (
+            f"CPU, plus its own /metrics ({exported_lines} lines) fetched once a second",
+            f"{100 * cpu_fetched:.1f} %",
+        ),
     ]
 
 
@@ -170,8 +183,10 @@ def main() -> None:
     ap.add_argument("--skip-footprint", action="store_true")
     args = ap.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# exporter benchmark ({platform.python_implementation()} {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, {platform.machine()}, load average {load:.1f} at start)\n")
+    print(
+        f"# exporter benchmark ({platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, {platform.machine()}, load average {load:.1f} at start)\n"
+    )
     print(f"## parse + normalise, {args.runs} runs\n")
     print("| what | median wall ms | p90 wall ms | median CPU ms |\n|---|---:|---:|---:|")
     for row in parse_bench(args.runs):

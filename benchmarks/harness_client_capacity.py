@@ -41,8 +41,21 @@ from harness.results import load  # noqa: E402
 LIMIT_S = 0.005
 # 70B on 8 x H100 (tensor parallel), 4k context: ~1.4M KV tokens, so KV never limits the
 # concurrency here and the server's step time stays in the ~10-20 ms range of a real one.
-SIM_FLAGS = ("--simulate", "--sim-model", "llama-3.1-70b", "--sim-gpu", "h100-80gb", "--tensor-parallel-size", "8",
-             "--max-model-len", "4096", "--max-num-seqs", "1024", "--max-num-batched-tokens", "65536")
+SIM_FLAGS = (
+    "--simulate",
+    "--sim-model",
+    "llama-3.1-70b",
+    "--sim-gpu",
+    "h100-80gb",
+    "--tensor-parallel-size",
+    "8",
+    "--max-model-len",
+    "4096",
+    "--max-num-seqs",
+    "1024",
+    "--max-num-batched-tokens",
+    "65536",
+)
 
 
 def sample_worker_cpu(proc: subprocess.Popen) -> list[tuple[float, float]]:
@@ -72,11 +85,35 @@ def cpu_rate(samples: list[tuple[float, float]], start: float, end: float) -> fl
     return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
 
 
-def measure(target: str, users: int, workers: int, duration: str, out: Path, prompt: int, output: int) -> dict:
-    argv = [sys.executable, "-m", "harness.cli", "run", "--quiet", "--target", target, "--workload", "long_context",
-            "--users", str(users), "--spawn-rate", str(max(users // 2, 1)), "--duration", duration,
-            "--workers", str(workers), "--prompt-tokens", str(prompt), "--output-tokens", str(output),
-            "--no-calibrate", "--out", str(out)]
+def measure(
+    target: str, users: int, workers: int, duration: str, out: Path, prompt: int, output: int
+) -> dict:
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--quiet",
+        "--target",
+        target,
+        "--workload",
+        "long_context",
+        "--users",
+        str(users),
+        "--spawn-rate",
+        str(max(users // 2, 1)),
+        "--duration",
+        duration,
+        "--workers",
+        str(workers),
+        "--prompt-tokens",
+        str(prompt),
+        "--output-tokens",
+        str(output),
+        "--no-calibrate",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     worker_cpu = sample_worker_cpu(proc)
     _, stderr = proc.communicate(timeout=600)
@@ -91,26 +128,42 @@ def measure(target: str, users: int, workers: int, duration: str, out: Path, pro
     # The request path (client send -> server handler, wall clocks of one machine); the rest
     # of the overhead is the response path (engine's first token -> client has the chunk).
     request_path = (m["server_arrival_unix"] - m["send_time_unix"]).dropna()
-    return {"users": users, "workers": workers, "requests": len(m), "load": os.getloadavg()[0],
-            "worker_cpu": cpu_rate(worker_cpu, m["send_time_unix"].min(), m["send_time_unix"].max()) / workers,
-            "streams": float(m["e2e_s"].sum() / window), "events_per_s": float(m["num_chunks"].sum() / window),
-            "req_per_s": len(m) / window, "p50_ms": float(overhead.quantile(0.5) * 1000),
-            "p99_ms": float(overhead.quantile(0.99) * 1000), "max_ms": float(overhead.max() * 1000),
-            "req_path_p99_ms": float(request_path.quantile(0.99) * 1000) if len(request_path) else float("nan"),
-            "resp_path_p99_ms": float((overhead - request_path).dropna().quantile(0.99) * 1000) if len(request_path) else float("nan")}
+    return {
+        "users": users,
+        "workers": workers,
+        "requests": len(m),
+        "load": os.getloadavg()[0],
+        "worker_cpu": cpu_rate(worker_cpu, m["send_time_unix"].min(), m["send_time_unix"].max()) / workers,
+        "streams": float(m["e2e_s"].sum() / window),
+        "events_per_s": float(m["num_chunks"].sum() / window),
+        "req_per_s": len(m) / window,
+        "p50_ms": float(overhead.quantile(0.5) * 1000),
+        "p99_ms": float(overhead.quantile(0.99) * 1000),
+        "max_ms": float(overhead.max() * 1000),
+        "req_path_p99_ms": float(request_path.quantile(0.99) * 1000) if len(request_path) else float("nan"),
+        "resp_path_p99_ms": float((overhead - request_path).dropna().quantile(0.99) * 1000)
+        if len(request_path)
+        else float("nan"),
+    }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| workers | users | streams in flight | events/s | req/s | overhead p50 | p99 | max | request path p99 "
-             "| response path p99 | CPU per worker | load avg | holds (p99 <= 5 ms) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| workers | users | streams in flight | events/s | req/s | overhead p50 | p99 | max | request path p99 "
+        "| response path p99 | CPU per worker | load avg | holds (p99 <= 5 ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['workers']} | {r['users']} | failed: {r['error'].splitlines()[-1] if r['error'] else '?'} |||||||||||")
+            lines.append(
+                f"| {r['workers']} | {r['users']} | failed: {r['error'].splitlines()[-1] if r['error'] else '?'} |||||||||||"
+            )
             continue
-        lines.append(f"| {r['workers']} | {r['users']} | {r['streams']:.0f} | {r['events_per_s']:,.0f} | {r['req_per_s']:.1f} | "
-                     f"{r['p50_ms']:.2f} ms | {r['p99_ms']:.2f} ms | {r['max_ms']:.1f} ms | {r['req_path_p99_ms']:.2f} ms | "
-                     f"{r['resp_path_p99_ms']:.2f} ms | {r['worker_cpu']:.0%} | {r['load']:.1f} | {'yes' if r['p99_ms'] <= LIMIT_S * 1000 else 'no'} |")
+        lines.append(
+            f"| {r['workers']} | {r['users']} | {r['streams']:.0f} | {r['events_per_s']:,.0f} | {r['req_per_s']:.1f} | "
+            f"{r['p50_ms']:.2f} ms | {r['p99_ms']:.2f} ms | {r['max_ms']:.1f} ms | {r['req_path_p99_ms']:.2f} ms | "
+            f"{r['resp_path_p99_ms']:.2f} ms | {r['worker_cpu']:.0%} | {r['load']:.1f} | {'yes' if r['p99_ms'] <= LIMIT_S * 1000 else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -129,9 +182,23 @@ def main() -> int:
     if target is None:
         port = free_port()
         log = open(tmp / "engine.log", "wb")  # noqa: SIM115
-        engine = subprocess.Popen([sys.executable, "-m", "harness.cli", "engine", "serve", "--host", "127.0.0.1",
-                                   "--port", str(port), *SIM_FLAGS], stdout=log,
-                                  stderr=subprocess.STDOUT, cwd=ROOT)
+        engine = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness.cli",
+                "engine",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                *SIM_FLAGS,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
         ok, reason = wait_http(f"http://127.0.0.1:{port}/health", 120.0)
         if not ok:
             engine.kill()
@@ -142,24 +209,41 @@ def main() -> int:
     try:
         for workers in (int(w) for w in args.workers.split(",")):
             for users in (int(u) for u in args.users.split(",")):
-                row = measure(target, users, workers, args.duration, tmp / f"w{workers}-u{users}",
-                              args.prompt_tokens, args.output_tokens)
+                row = measure(
+                    target,
+                    users,
+                    workers,
+                    args.duration,
+                    tmp / f"w{workers}-u{users}",
+                    args.prompt_tokens,
+                    args.output_tokens,
+                )
                 rows.append(row)
                 print(table([row]).splitlines()[-1], file=sys.stderr, flush=True)
     finally:
         if engine is not None:
             engine.terminate()
             engine.wait(30)
-    print(f"\nClient capacity, {args.prompt_tokens}-token prompts, {args.output_tokens} output tokens, "
-          f"{args.duration} per point, closed loop; overhead = client TTFT - server TTFT (includes the "
-          "server's own write delay; client and server share the machine).\n")
+    print(
+        f"\nClient capacity, {args.prompt_tokens}-token prompts, {args.output_tokens} output tokens, "
+        f"{args.duration} per point, closed loop; overhead = client TTFT - server TTFT (includes the "
+        "server's own write delay; client and server share the machine).\n"
+    )
     print(table(rows))
     for workers in sorted({r["workers"] for r in rows}):
-        holding = [r for r in rows if r["workers"] == workers and "error" not in r and r["p99_ms"] <= LIMIT_S * 1000]
+        holding = [
+            r for r in rows if r["workers"] == workers and "error" not in r and r["p99_ms"] <= LIMIT_S * 1000
+        ]
         best = max(holding, key=lambda r: r["streams"], default=None)
-        print(f"\n{workers} worker(s): " + (f"up to {best['streams']:.0f} concurrent streams, "
-                                           f"{best['events_per_s']:,.0f} stream events/s within 5 ms p99"
-                                           if best else "no point held 5 ms p99"))
+        print(
+            f"\n{workers} worker(s): "
+            + (
+                f"up to {best['streams']:.0f} concurrent streams, "
+                f"{best['events_per_s']:,.0f} stream events/s within 5 ms p99"
+                if best
+                else "no point held 5 ms p99"
+            )
+        )
     return 0
 
 

@@ -44,8 +44,18 @@ class Plan:
     copy_bytes: int
 
 
-GPU_PLAN = Plan(32, 8, 128, (1, 16, 64, 256), (512, 4096, 16384), (16, 64), 16384, (16, 64),
-                ((16, 1024), (4, 4096), (1, 16384)), 1 << 30)
+GPU_PLAN = Plan(
+    32,
+    8,
+    128,
+    (1, 16, 64, 256),
+    (512, 4096, 16384),
+    (16, 64),
+    16384,
+    (16, 64),
+    ((16, 1024), (4, 4096), (1, 16384)),
+    1 << 30,
+)
 SMOKE_PLAN = Plan(4, 2, 16, (1, 2), (24, 64), (16,), 64, (2,), ((2, 32),), 1 << 20)
 
 
@@ -62,12 +72,17 @@ def main(argv: list[str] | None = None) -> int:
 
     if not torch.cuda.is_available():
         if not args.smoke:
-            print("kernels_gpu: no CUDA device here, nothing to measure (run with --smoke to check the script).")
+            print(
+                "kernels_gpu: no CUDA device here, nothing to measure (run with --smoke to check the script)."
+            )
             return 0
         if "triton" not in sys.modules:  # the interpreter is chosen when triton is imported
             os.environ.setdefault("TRITON_INTERPRET", "1")
-    report = Bench(SMOKE_PLAN if args.smoke else GPU_PLAN, "cuda" if torch.cuda.is_available() else "cpu",
-                   smoke=args.smoke).run()
+    report = Bench(
+        SMOKE_PLAN if args.smoke else GPU_PLAN,
+        "cuda" if torch.cuda.is_available() else "cpu",
+        smoke=args.smoke,
+    ).run()
     print(report)
     if args.out:
         with open(args.out, "w") as f:
@@ -115,8 +130,16 @@ class Bench:
         from reference_engine.attention.metadata import AttentionMetadata
 
         per_seq = -(-length // block_size)
-        cache = allocate_kv_caches(1, batch * per_seq + 1, block_size, p.num_kv_heads, p.head_dim, self.dtype,
-                                   self.device, kv_cache_dtype)[0]
+        cache = allocate_kv_caches(
+            1,
+            batch * per_seq + 1,
+            block_size,
+            p.num_kv_heads,
+            p.head_dim,
+            self.dtype,
+            self.device,
+            kv_cache_dtype,
+        )[0]
         for data in (cache.key, cache.value):
             for chunk in data[1:].split(4096):  # bounded temporaries on multi-GB caches
                 x = torch.randn(chunk.shape, generator=self.gen, dtype=self.dtype, device=self.device)
@@ -131,13 +154,22 @@ class Bench:
         ones = torch.full((batch,), query_len, dtype=torch.int32, device=self.device)
         meta = AttentionMetadata(
             slot_mapping=torch.full((batch * query_len,), -1, dtype=torch.int64, device=self.device),
-            block_tables=tables, seq_lens=torch.full_like(ones, length),
+            block_tables=tables,
+            seq_lens=torch.full_like(ones, length),
             query_start_loc=torch.cat([ones.new_zeros(1), ones.cumsum(0, dtype=torch.int32)]),
-            max_query_len=query_len, max_seq_len=length,
-            seq_lens_host=[length] * batch, query_lens_host=[query_len] * batch,
+            max_query_len=query_len,
+            max_seq_len=length,
+            seq_lens_host=[length] * batch,
+            query_lens_host=[query_len] * batch,
         )
-        query = torch.randn(batch * query_len, p.num_heads, p.head_dim, generator=self.gen, dtype=self.dtype,
-                            device=self.device)
+        query = torch.randn(
+            batch * query_len,
+            p.num_heads,
+            p.head_dim,
+            generator=self.gen,
+            dtype=self.dtype,
+            device=self.device,
+        )
         return cache, meta, query
 
     def contiguous_kv(self, cache, meta, length: int):
@@ -154,7 +186,7 @@ class Bench:
         return (actual.float() - expected.float()).abs().max().item()
 
     def paged(self, q, cache, meta) -> Callable[[], object]:
-        scale = self.plan.head_dim ** -0.5
+        scale = self.plan.head_dim**-0.5
         return lambda: self.backend.attention(q, cache, meta, scale)
 
     def sdpa(self, q, k, v, causal: bool) -> Callable[[], object]:
@@ -176,11 +208,15 @@ class Bench:
                     k, v = self.contiguous_kv(cache, meta, ctx)
                     q4 = q.view(batch, p.num_heads, 1, p.head_dim)
                     t_contig = self.time(self.sdpa(q4, k, v, causal=False))
-                    err = self.max_diff(self.paged(q, cache, meta)(), self.sdpa(q4, k, v, causal=False)().squeeze(2))
+                    err = self.max_diff(
+                        self.paged(q, cache, meta)(), self.sdpa(q4, k, v, causal=False)().squeeze(2)
+                    )
                     moved = kv_bytes + 2 * q.nbytes
                     bw = moved / t_paged
-                    rows.append(f"| {block_size} | {batch} | {ctx} | {t_paged * 1e6:.1f} | {bw / 1e9:.0f} | "
-                                f"{bw / copy_bw:.0%} | {t_contig * 1e6:.1f} | {t_paged / t_contig:.2f} | {err:.1e} |")
+                    rows.append(
+                        f"| {block_size} | {batch} | {ctx} | {t_paged * 1e6:.1f} | {bw / 1e9:.0f} | "
+                        f"{bw / copy_bw:.0%} | {t_contig * 1e6:.1f} | {t_paged / t_contig:.2f} | {err:.1e} |"
+                    )
                     self.results[(block_size, batch, ctx)] = (bw / copy_bw, t_paged / t_contig)
                     del cache, k, v
         return rows
@@ -200,8 +236,10 @@ class Bench:
                 cache, meta, q = self.batch(batch, p.fp8_context, 1, 16, fmt)
                 times[fmt] = self.time(self.paged(q, cache, meta))
                 del cache
-            rows.append(f"| {batch} | {times['float16'] * 1e6:.1f} | {times['fp8'] * 1e6:.1f} | "
-                        f"{times['float16'] / times['fp8']:.2f} | {times['float16'] / times['int8']:.2f} |")
+            rows.append(
+                f"| {batch} | {times['float16'] * 1e6:.1f} | {times['fp8'] * 1e6:.1f} | "
+                f"{times['float16'] / times['fp8']:.2f} | {times['float16'] / times['int8']:.2f} |"
+            )
             self.results[("fp8", batch)] = times["float16"] / times["fp8"]
         return rows
 
@@ -216,8 +254,10 @@ class Bench:
             t_sdpa = self.time(self.sdpa(q4, k, v, causal=True))
             expected = self.sdpa(q4, k, v, causal=True)().transpose(1, 2).flatten(0, 1)
             err = self.max_diff(self.paged(q, cache, meta)(), expected)
-            rows.append(f"| {batch} | {length} | {t_ours * 1e3:.2f} | {flops / t_ours / 1e12:.1f} | "
-                        f"{flops / t_sdpa / 1e12:.1f} | {err:.1e} |")
+            rows.append(
+                f"| {batch} | {length} | {t_ours * 1e3:.2f} | {flops / t_ours / 1e12:.1f} | "
+                f"{flops / t_sdpa / 1e12:.1f} | {err:.1e} |"
+            )
             del cache, k, v
         return rows
 
@@ -230,17 +270,23 @@ class Bench:
         rows = []
         for block_size in self.plan.block_sizes:
             bw, ratio = self.results.get((block_size, 64, 4096), (None, None))
-            rows.append(f"| decode bandwidth, block {block_size}, batch 64, ctx 4096 | "
-                        f"{'-' if bw is None else f'{bw:.0%}'} | >= {TARGET_DECODE_BW:.0%} of copy | "
-                        f"{status(bw, bw is not None and bw >= TARGET_DECODE_BW)} |")
-            rows.append(f"| paged / contiguous, block {block_size}, batch 64, ctx 4096 | "
-                        f"{'-' if ratio is None else f'{ratio:.2f}'} | <= {TARGET_PAGED_RATIO} | "
-                        f"{status(ratio, ratio is not None and ratio <= TARGET_PAGED_RATIO)} |")
+            rows.append(
+                f"| decode bandwidth, block {block_size}, batch 64, ctx 4096 | "
+                f"{'-' if bw is None else f'{bw:.0%}'} | >= {TARGET_DECODE_BW:.0%} of copy | "
+                f"{status(bw, bw is not None and bw >= TARGET_DECODE_BW)} |"
+            )
+            rows.append(
+                f"| paged / contiguous, block {block_size}, batch 64, ctx 4096 | "
+                f"{'-' if ratio is None else f'{ratio:.2f}'} | <= {TARGET_PAGED_RATIO} | "
+                f"{status(ratio, ratio is not None and ratio <= TARGET_PAGED_RATIO)} |"
+            )
         for batch in self.plan.fp8_batches:
             speedup = self.results.get(("fp8", batch))
-            rows.append(f"| fp8 / fp16 decode speed-up, batch {batch}, ctx {self.plan.fp8_context} | "
-                        f"{'-' if speedup is None else f'{speedup:.2f}x'} | >= {TARGET_FP8_SPEEDUP}x | "
-                        f"{status(speedup, speedup is not None and speedup >= TARGET_FP8_SPEEDUP)} |")
+            rows.append(
+                f"| fp8 / fp16 decode speed-up, batch {batch}, ctx {self.plan.fp8_context} | "
+                f"{'-' if speedup is None else f'{speedup:.2f}x'} | >= {TARGET_FP8_SPEEDUP}x | "
+                f"{status(speedup, speedup is not None and speedup >= TARGET_FP8_SPEEDUP)} |"
+            )
         return rows
 
     def run(self) -> str:
@@ -252,18 +298,30 @@ class Bench:
             "",
             f"Layer: {p.num_heads} query heads, {p.num_kv_heads} KV heads, head_dim {p.head_dim}, fp16 queries. "
             f"Device-to-device copy: {copy_bw / 1e9:.1f} GB/s.",
-            "", "## Decode", "",
+            "",
+            "## Decode",
+            "",
             "| block | batch | context | paged us | GB/s | of copy | SDPA contiguous us | paged / contiguous "
             "| max abs diff |",
             "|---|---|---|---|---|---|---|---|---|",
             *self.decode_rows(copy_bw),
-            "", f"## 8-bit KV decode, context {p.fp8_context}, block 16", "",
-            "| batch | fp16 us | fp8 us | fp8 speed-up | int8 speed-up |", "|---|---|---|---|---|",
+            "",
+            f"## 8-bit KV decode, context {p.fp8_context}, block 16",
+            "",
+            "| batch | fp16 us | fp8 us | fp8 speed-up | int8 speed-up |",
+            "|---|---|---|---|---|",
             *self.fp8_rows(),
-            "", "## Prefill (causal, no prefix)", "",
-            "| batch | length | ms | TFLOP/s | SDPA contiguous TFLOP/s | max abs diff |", "|---|---|---|---|---|---|",
+            "",
+            "## Prefill (causal, no prefix)",
+            "",
+            "| batch | length | ms | TFLOP/s | SDPA contiguous TFLOP/s | max abs diff |",
+            "|---|---|---|---|---|---|",
             *self.prefill_rows(),
-            "", "## Targets", "", "| figure | value | target | status |", "|---|---|---|---|",
+            "",
+            "## Targets",
+            "",
+            "| figure | value | target | status |",
+            "|---|---|---|---|",
             *self.targets(),
         ]
         return "\n".join(lines)

@@ -22,8 +22,10 @@ class Machine:
     date: str
 
     def line(self) -> str:
-        return (f"{self.cpu}, {self.cores} cores, {self.ram_gib:.0f} GiB RAM; Python {self.python}, "
-                f"torch {self.torch}; load average {self.load}; {self.date}")
+        return (
+            f"{self.cpu}, {self.cores} cores, {self.ram_gib:.0f} GiB RAM; Python {self.python}, "
+            f"torch {self.torch}; load average {self.load}; {self.date}"
+        )
 
 
 def _cpu_model() -> str:
@@ -62,8 +64,12 @@ def machine() -> Machine:
     except OSError:
         load = "n/a"
     return Machine(
-        cpu=_cpu_model(), cores=os.cpu_count() or 0, ram_gib=_ram_gib(), python=platform.python_version(),
-        torch=_version("torch"), load=load,
+        cpu=_cpu_model(),
+        cores=os.cpu_count() or 0,
+        ram_gib=_ram_gib(),
+        python=platform.python_version(),
+        torch=_version("torch"),
+        load=load,
         date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
 

@@ -73,85 +73,175 @@ class MemoryRow:
 
     @property
     def label(self) -> str:
-        return self.allocator + (f" (block {self.block_size})" if self.block_size != self.base_block_size else "")
+        return self.allocator + (
+            f" (block {self.block_size})" if self.block_size != self.base_block_size else ""
+        )
 
 
 QWEN = SimSpec("qwen2.5-14b", "a100-40gb")
 LLAMA = SimSpec("llama-3.1-8b", "a100-40gb")
-_SIM = dict(max_model_len=2048, block_size=16, max_num_seqs=256, warmup_steps=1024,
-            rates={"ShareGPT-like": 100.0, "Alpaca-like": 1000.0})
+_SIM = dict(
+    max_model_len=2048,
+    block_size=16,
+    max_num_seqs=256,
+    warmup_steps=1024,
+    rates={"ShareGPT-like": 100.0, "Alpaca-like": 1000.0},
+)
 # Warm-up 1024 steps = the longest answer, so the first admission wave has turned over. The
 # Alpaca window is shorter: its running set turns over every ~60 steps.
-SIM_SETUP = Setup(platform=f"simulator: {QWEN.model} on {QWEN.gpu}", spec=QWEN, workloads=(SHAREGPT, ALPACA),
-                  requests={"ShareGPT-like": 1500, "Alpaca-like": 12000},
-                  measure_steps={"ShareGPT-like": 2048, "Alpaca-like": 1024}, half_block_for=("Alpaca-like",), **_SIM)
+SIM_SETUP = Setup(
+    platform=f"simulator: {QWEN.model} on {QWEN.gpu}",
+    spec=QWEN,
+    workloads=(SHAREGPT, ALPACA),
+    requests={"ShareGPT-like": 1500, "Alpaca-like": 12000},
+    measure_steps={"ShareGPT-like": 2048, "Alpaca-like": 1024},
+    half_block_for=("Alpaca-like",),
+    **_SIM,
+)
 # Only ShareGPT-like: it shows the regime difference; on Alpaca-like both paged and the
 # oracle fill all 256 seats of this larger pool.
-LLAMA_SETUP = Setup(platform=f"simulator: {LLAMA.model} on {LLAMA.gpu}", spec=LLAMA, workloads=(SHAREGPT,),
-                    requests={"ShareGPT-like": 2500}, measure_steps={"ShareGPT-like": 1024}, **_SIM)
+LLAMA_SETUP = Setup(
+    platform=f"simulator: {LLAMA.model} on {LLAMA.gpu}",
+    spec=LLAMA,
+    workloads=(SHAREGPT,),
+    requests={"ShareGPT-like": 2500},
+    measure_steps={"ShareGPT-like": 1024},
+    **_SIM,
+)
 CPU_SETUP = Setup(
-    platform="CPU: smollm2-135m, real model, torch backend, 1 thread", workloads=(SHAREGPT,), max_model_len=256,
+    platform="CPU: smollm2-135m, real model, torch backend, 1 thread",
+    workloads=(SHAREGPT,),
+    max_model_len=256,
     # Three max_model_len reservations (128 blocks of 2 tokens) plus the 1% admission watermark.
-    block_size=2, max_num_seqs=16, num_blocks=1 + 3 * 128 + 4, requests={"ShareGPT-like": 120, "Alpaca-like": 400},
-    rates={"ShareGPT-like": 1e6, "Alpaca-like": 1e6}, warmup_steps=24,
-    measure_steps={"ShareGPT-like": 72, "Alpaca-like": 72}, scale=1 / 8, share_every=1, max_backlog=32,
+    block_size=2,
+    max_num_seqs=16,
+    num_blocks=1 + 3 * 128 + 4,
+    requests={"ShareGPT-like": 120, "Alpaca-like": 400},
+    rates={"ShareGPT-like": 1e6, "Alpaca-like": 1e6},
+    warmup_steps=24,
+    measure_steps={"ShareGPT-like": 72, "Alpaca-like": 72},
+    scale=1 / 8,
+    share_every=1,
+    max_backlog=32,
     max_num_batched_tokens=512,
 )
 
 
-def _config(setup: Setup, allocator: str, block_size: int, model: str = "smollm2-135m",
-            num_threads: int | None = None) -> EngineConfig:
+def _config(
+    setup: Setup, allocator: str, block_size: int, model: str = "smollm2-135m", num_threads: int | None = None
+) -> EngineConfig:
     # Equal memory whatever the block size: the pool keeps its bytes, so halving the block
     # doubles the count (the simulator sizes by bytes already when num_blocks is None).
-    num_blocks = None if setup.num_blocks is None else (setup.num_blocks - 1) * setup.block_size // block_size + 1
+    num_blocks = (
+        None if setup.num_blocks is None else (setup.num_blocks - 1) * setup.block_size // block_size + 1
+    )
     return EngineConfig(
-        model=model, allocator=allocator, block_size=block_size, num_blocks=num_blocks,
-        max_model_len=setup.max_model_len, max_num_seqs=setup.max_num_seqs,
-        max_num_batched_tokens=setup.max_num_batched_tokens, enable_prefix_caching=False,
-        attention_backend="torch", num_threads=num_threads,
+        model=model,
+        allocator=allocator,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        max_model_len=setup.max_model_len,
+        max_num_seqs=setup.max_num_seqs,
+        max_num_batched_tokens=setup.max_num_batched_tokens,
+        enable_prefix_caching=False,
+        attention_backend="torch",
+        num_threads=num_threads,
     )
 
 
-def sim_row(workload: LengthDist, allocator: str, setup: Setup = SIM_SETUP, block_size: int | None = None,
-            seed: int = 0) -> MemoryRow:
+def sim_row(
+    workload: LengthDist,
+    allocator: str,
+    setup: Setup = SIM_SETUP,
+    block_size: int | None = None,
+    seed: int = 0,
+) -> MemoryRow:
     """One allocator on the simulator, on a virtual clock (minutes of serving in seconds)."""
     block_size = block_size or setup.block_size
-    sim = build_sim_engine(setup.spec, _config(setup, allocator, block_size), tokenizer=NullTokenizer(),
-                           vocab=range(1000, 60_000))
+    sim = build_sim_engine(
+        setup.spec,
+        _config(setup, allocator, block_size),
+        tokenizer=NullTokenizer(),
+        vocab=range(1000, 60_000),
+    )
     clock = VirtualClock()
     # The same wiring as replay_trace: the executor "sleeps" the modelled step on this clock.
     sim.executor.clock = sim.engine.clock = clock.now
     sim.executor.sleeper = clock.advance
     trace = poisson_trace(workload, setup.requests[workload.name], setup.rates[workload.name], seed)
     t0 = time.perf_counter()
-    run = run_saturated(sim.engine, trace, clock, warmup_steps=setup.warmup_steps,
-                        measure_steps=setup.measure_steps[workload.name], share_every=setup.share_every,
-                        max_backlog=setup.max_backlog, seed=seed)
-    return MemoryRow(setup.platform, workload.name, allocator, block_size, sim.num_blocks, run,
-                     time.perf_counter() - t0, setup.block_size)
+    run = run_saturated(
+        sim.engine,
+        trace,
+        clock,
+        warmup_steps=setup.warmup_steps,
+        measure_steps=setup.measure_steps[workload.name],
+        share_every=setup.share_every,
+        max_backlog=setup.max_backlog,
+        seed=seed,
+    )
+    return MemoryRow(
+        setup.platform,
+        workload.name,
+        allocator,
+        block_size,
+        sim.num_blocks,
+        run,
+        time.perf_counter() - t0,
+        setup.block_size,
+    )
 
 
-def cpu_row(workload: LengthDist, allocator: str, setup: Setup = CPU_SETUP, loaded=None,
-            model: str = "smollm2-135m", seed: int = 0, threads: int = 1) -> MemoryRow:
+def cpu_row(
+    workload: LengthDist,
+    allocator: str,
+    setup: Setup = CPU_SETUP,
+    loaded=None,
+    model: str = "smollm2-135m",
+    seed: int = 0,
+    threads: int = 1,
+) -> MemoryRow:
     """One allocator on the real model: every request is queued at t=0 (an offline batch)."""
     from reference_engine.engine_factory import build_engine
 
     built = build_engine(_config(setup, allocator, setup.block_size, model, threads), loaded)
-    trace = poisson_trace(workload.scaled(setup.scale), setup.requests[workload.name], setup.rates[workload.name], seed)
+    trace = poisson_trace(
+        workload.scaled(setup.scale), setup.requests[workload.name], setup.rates[workload.name], seed
+    )
     t0 = time.perf_counter()
-    run = run_saturated(built.engine, trace, WallClock(), warmup_steps=setup.warmup_steps,
-                        measure_steps=setup.measure_steps[workload.name], token_range=(100, built.loaded.config.vocab_size),
-                        share_every=setup.share_every, max_backlog=setup.max_backlog, temperature=0.0, seed=seed)
-    return MemoryRow(setup.platform, workload.name, allocator, setup.block_size, built.num_blocks, run,
-                     time.perf_counter() - t0, setup.block_size)
+    run = run_saturated(
+        built.engine,
+        trace,
+        WallClock(),
+        warmup_steps=setup.warmup_steps,
+        measure_steps=setup.measure_steps[workload.name],
+        token_range=(100, built.loaded.config.vocab_size),
+        share_every=setup.share_every,
+        max_backlog=setup.max_backlog,
+        temperature=0.0,
+        seed=seed,
+    )
+    return MemoryRow(
+        setup.platform,
+        workload.name,
+        allocator,
+        setup.block_size,
+        built.num_blocks,
+        run,
+        time.perf_counter() - t0,
+        setup.block_size,
+    )
 
 
 def sim_rows(setup: Setup = SIM_SETUP) -> list[MemoryRow]:
     rows = [sim_row(w, a, setup) for w in setup.workloads for a in ALLOCATORS]
     # Short requests lose half a block each to their last block; paged at half the block
     # size (same bytes) shows that this, not paging, is what keeps Alpaca-like under 96%.
-    rows += [sim_row(w, "paged", setup, block_size=setup.block_size // 2)
-             for w in setup.workloads if w.name in setup.half_block_for]
+    rows += [
+        sim_row(w, "paged", setup, block_size=setup.block_size // 2)
+        for w in setup.workloads
+        if w.name in setup.half_block_for
+    ]
     return rows
 
 
@@ -173,7 +263,9 @@ class Check:
 
 
 def _find(rows: list[MemoryRow], workload: str, allocator: str, block_size: int) -> MemoryRow:
-    return next(r for r in rows if r.workload == workload and r.allocator == allocator and r.block_size == block_size)
+    return next(
+        r for r in rows if r.workload == workload and r.allocator == allocator and r.block_size == block_size
+    )
 
 
 def acceptance(rows: list[MemoryRow]) -> list[Check]:
@@ -185,28 +277,42 @@ def acceptance(rows: list[MemoryRow]) -> list[Check]:
         # The last block holds 1..bs tokens, uniformly: (bs - 1) / 2 empty slots on average.
         empty = (bs - 1) / 2
         waste = empty / (paged.run.mean_context + empty) if paged.run.mean_context else 0.0
-        checks.append(Check(
-            f"{w}: paged, token-state share", f"{paged.run.token_state_share:.1%}", ">= 96%",
-            paged.run.token_state_share >= 0.96,
-            f"{empty:g} empty slots in the last block next to ~{paged.run.mean_context:.0f} tokens per request: "
-            f"{waste:.1%} expected waste",
-        ))
-        checks.append(Check(
-            f"{w}: contiguous (max reservation), token-state share", f"{contig.run.token_state_share:.1%}",
-            "20-40% (+-5 points)", 0.15 <= contig.run.token_state_share <= 0.45,
-            f"~{contig.run.mean_context:.0f} tokens per running request in a reservation of max_model_len",
-        ))
+        checks.append(
+            Check(
+                f"{w}: paged, token-state share",
+                f"{paged.run.token_state_share:.1%}",
+                ">= 96%",
+                paged.run.token_state_share >= 0.96,
+                f"{empty:g} empty slots in the last block next to ~{paged.run.mean_context:.0f} tokens per request: "
+                f"{waste:.1%} expected waste",
+            )
+        )
+        checks.append(
+            Check(
+                f"{w}: contiguous (max reservation), token-state share",
+                f"{contig.run.token_state_share:.1%}",
+                "20-40% (+-5 points)",
+                0.15 <= contig.run.token_state_share <= 0.45,
+                f"~{contig.run.mean_context:.0f} tokens per running request in a reservation of max_model_len",
+            )
+        )
         running = paged.run.mean_running / max(1e-9, contig.run.mean_running)
         step = paged.run.mean_step_s / max(1e-12, contig.run.mean_step_s)
         for what, p, c, why in (
             ("mean requests running", paged.run.mean_running, contig.run.mean_running, ""),
             ("most requests running", paged.run.max_running, contig.run.max_running, ""),
-            ("output throughput", paged.run.output_tokens_per_s, contig.run.output_tokens_per_s,
-             f"{running:.2f}x the requests per step / {step:.2f}x the step time "
-             f"({paged.run.mean_step_s * 1e3:.1f} vs {contig.run.mean_step_s * 1e3:.1f} ms)"),
+            (
+                "output throughput",
+                paged.run.output_tokens_per_s,
+                contig.run.output_tokens_per_s,
+                f"{running:.2f}x the requests per step / {step:.2f}x the step time "
+                f"({paged.run.mean_step_s * 1e3:.1f} vs {contig.run.mean_step_s * 1e3:.1f} ms)",
+            ),
         ):
             ratio = p / c if c else float("inf")
-            checks.append(Check(f"{w}: paged / contiguous, {what}", f"{ratio:.2f}x", ">= 2x", ratio >= 2, why))
+            checks.append(
+                Check(f"{w}: paged / contiguous, {what}", f"{ratio:.2f}x", ">= 2x", ratio >= 2, why)
+            )
     return checks
 
 
@@ -220,8 +326,11 @@ class PlatformResult:
 def run_platform(setup: Setup, quick: bool = False) -> PlatformResult:
     """All rows of one platform; `quick` shrinks windows (for tests), keeping the geometry."""
     if quick:
-        setup = replace(setup, warmup_steps=max(1, setup.warmup_steps // 4),
-                        measure_steps={w: max(8, n // 4) for w, n in setup.measure_steps.items()})
+        setup = replace(
+            setup,
+            warmup_steps=max(1, setup.warmup_steps // 4),
+            measure_steps={w: max(8, n // 4) for w, n in setup.measure_steps.items()},
+        )
     t0 = time.perf_counter()
     rows = sim_rows(setup) if setup.spec is not None else cpu_rows(setup)
     return PlatformResult(setup, rows, time.perf_counter() - t0)
@@ -234,10 +343,12 @@ def main() -> None:
     ap.add_argument("--skip-sim", action="store_true")
     ap.add_argument("--skip-cpu", action="store_true")
     ap.add_argument("--skip-llama", action="store_true", help="only the paper-like simulated deployment")
-    ap.add_argument("--cpu-alpaca", action="store_true", help="also run Alpaca-like on the CPU (minutes more)")
+    ap.add_argument(
+        "--cpu-alpaca", action="store_true", help="also run Alpaca-like on the CPU (minutes more)"
+    )
     ap.add_argument("--quick", action="store_true", help="quarter-length windows")
     args = ap.parse_args()
-    setups = ([] if args.skip_sim else [SIM_SETUP] + ([] if args.skip_llama else [LLAMA_SETUP]))
+    setups = [] if args.skip_sim else [SIM_SETUP] + ([] if args.skip_llama else [LLAMA_SETUP])
     cpu = replace(CPU_SETUP, workloads=(SHAREGPT, ALPACA)) if args.cpu_alpaca else CPU_SETUP
     setups += [] if args.skip_cpu else [cpu]
     print(markdown([run_platform(s, args.quick) for s in setups]))

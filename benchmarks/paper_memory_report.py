@@ -8,11 +8,17 @@ from benchmarks.paper_workloads import PAPER
 
 # Kwon et al., Fig. 2 (share of KV memory holding token states, OPT-13B, §6.2 experiment)
 # and Fig. 13 (average batched requests, OPT-13B, ShareGPT at 2 req/s, Alpaca at 30 req/s).
-PAPER_SHARE = {"contiguous": "20.4% (Orca Max)", "contiguous-oracle": "38.2% (Orca Oracle)", "paged": "96.3% (vLLM)"}
+PAPER_SHARE = {
+    "contiguous": "20.4% (Orca Max)",
+    "contiguous-oracle": "38.2% (Orca Oracle)",
+    "paged": "96.3% (vLLM)",
+}
 PAPER_BATCH = {
-    ("ShareGPT-like", "contiguous"): "7.00", ("ShareGPT-like", "contiguous-oracle"): "13.62 (1.95x)",
+    ("ShareGPT-like", "contiguous"): "7.00",
+    ("ShareGPT-like", "contiguous-oracle"): "13.62 (1.95x)",
     ("ShareGPT-like", "paged"): "30.42 (4.35x)",
-    ("Alpaca-like", "contiguous"): "7.00", ("Alpaca-like", "contiguous-oracle"): "72.75 (10.4x)",
+    ("Alpaca-like", "contiguous"): "7.00",
+    ("Alpaca-like", "contiguous-oracle"): "72.75 (10.4x)",
     ("Alpaca-like", "paged"): "132.44 (18.9x)",
 }
 
@@ -67,8 +73,13 @@ def platform_markdown(p: PlatformResult) -> str:
         f"= {(first.num_blocks - 1) * first.block_size:,} token slots, the same for every allocator; "
         f"max_model_len {s.max_model_len}, max_num_seqs {s.max_num_seqs}, "
         f"max_num_batched_tokens {s.max_num_batched_tokens}, prefix caching off. "
-        + ("Poisson arrivals at " + ", ".join(f"{s.rates[w.name]:g} req/s ({w.name})" for w in s.workloads)
-           + " (above capacity). " if s.spec is not None else "All requests queued at t=0 (an offline batch). ")
+        + (
+            "Poisson arrivals at "
+            + ", ".join(f"{s.rates[w.name]:g} req/s ({w.name})" for w in s.workloads)
+            + " (above capacity). "
+            if s.spec is not None
+            else "All requests queued at t=0 (an offline batch). "
+        )
         + f"Warm-up {s.warmup_steps} steps, then a window of up to "
         + " / ".join(f"{s.measure_steps[w.name]} ({w.name})" for w in s.workloads)
         + f" steps. Wall time {p.wall_s:.0f} s.",
@@ -79,8 +90,11 @@ def platform_markdown(p: PlatformResult) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        base = next(b for b in rows if b.workload == r.workload and b.allocator == "contiguous"
-                    and b.block_size == r.base_block_size)
+        base = next(
+            b
+            for b in rows
+            if b.workload == r.workload and b.allocator == "contiguous" and b.block_size == r.base_block_size
+        )
         run = r.run
         sat = f"{'yes' if run.saturated else 'NO'} ({run.window_steps}"
         sat += f", {run.unsaturated_steps} idle-queue)" if run.unsaturated_steps else ")"
@@ -98,6 +112,8 @@ def platform_markdown(p: PlatformResult) -> str:
 
 
 def markdown(platforms: list[PlatformResult]) -> str:
-    head = (f"Reproduction of {PAPER}, Fig. 2 (KV memory holding token state), Fig. 13 (batched requests) "
-            "and the 2-4x throughput claim, on the reference engine's real scheduler and block pool.")
+    head = (
+        f"Reproduction of {PAPER}, Fig. 2 (KV memory holding token state), Fig. 13 (batched requests) "
+        "and the 2-4x throughput claim, on the reference engine's real scheduler and block pool."
+    )
     return "\n\n".join([head] + [platform_markdown(p) for p in platforms] + [NOTES])

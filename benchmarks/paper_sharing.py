@@ -56,9 +56,17 @@ class Usage:
 
 
 def _engine(num_blocks: int, caching: bool, max_num_seqs: int) -> LLMEngine:
-    config = EngineConfig(block_size=BLOCK, num_blocks=num_blocks, max_model_len=2048, max_num_seqs=max_num_seqs,
-                          max_num_batched_tokens=1 << 16, enable_prefix_caching=caching)
-    return build_sim_engine(SPEC, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000), sleep=False).engine
+    config = EngineConfig(
+        block_size=BLOCK,
+        num_blocks=num_blocks,
+        max_model_len=2048,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=1 << 16,
+        enable_prefix_caching=caching,
+    )
+    return build_sim_engine(
+        SPEC, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000), sleep=False
+    ).engine
 
 
 def drive(engine: LLMEngine, waves: list[list[tuple[list[int], SamplingParams]]]) -> Usage:
@@ -109,12 +117,25 @@ def parallel_sampling(workload: LengthDist, n: int, requests: int, seed: int = 0
     pairs = draw_lengths(workload, requests, seed)
     prompts = [[rng.randrange(1000, 60_000) for _ in range(p)] for p, _ in pairs]
     blocks = 1 + sum(n * _cdiv(p + o, BLOCK) for p, o in pairs)  # room for everything at once
-    shared = drive(_engine(blocks, False, requests * n),
-                   [[(pr, SamplingParams(max_tokens=o, n=n, ignore_eos=True, seed=i))
-                     for i, (pr, (_, o)) in enumerate(zip(prompts, pairs))]])
-    separate = drive(_engine(blocks, False, requests * n),
-                     [[(pr, SamplingParams(max_tokens=o, ignore_eos=True, seed=i * n + k))
-                       for i, (pr, (_, o)) in enumerate(zip(prompts, pairs)) for k in range(n)]])
+    shared = drive(
+        _engine(blocks, False, requests * n),
+        [
+            [
+                (pr, SamplingParams(max_tokens=o, n=n, ignore_eos=True, seed=i))
+                for i, (pr, (_, o)) in enumerate(zip(prompts, pairs))
+            ]
+        ],
+    )
+    separate = drive(
+        _engine(blocks, False, requests * n),
+        [
+            [
+                (pr, SamplingParams(max_tokens=o, ignore_eos=True, seed=i * n + k))
+                for i, (pr, (_, o)) in enumerate(zip(prompts, pairs))
+                for k in range(n)
+            ]
+        ],
+    )
     # Output token t (t = 1..o) is in the cache after step t, so a sequence holds cdiv(p + t)
     # blocks for o steps, of which floor(p / block) are prompt blocks its siblings share.
     saved = sum((n - 1) * (p // BLOCK) * o for p, o in pairs)
@@ -136,8 +157,9 @@ class PrefixRow:
         return self.off.peak_blocks - self.on.peak_blocks
 
 
-def shared_prefix(prefix_tokens: int, requests: int, suffix_tokens: int = 40, output_tokens: int = 64,
-                  seed: int = 0) -> PrefixRow:
+def shared_prefix(
+    prefix_tokens: int, requests: int, suffix_tokens: int = 40, output_tokens: int = 64, seed: int = 0
+) -> PrefixRow:
     rng = random.Random(seed)
     system = [rng.randrange(1000, 60_000) for _ in range(prefix_tokens)]
     prompts = [system + [rng.randrange(1000, 60_000) for _ in range(suffix_tokens)] for _ in range(requests)]
@@ -148,7 +170,9 @@ def shared_prefix(prefix_tokens: int, requests: int, suffix_tokens: int = 40, ou
         waves = [[(prompts[0], params)], [(p, params) for p in prompts[1:]]]
         runs[caching] = drive(_engine(blocks, caching, requests), waves)
     arith = prefix_sharing(prefix_tokens, requests, kv_bytes_per_token_per_gpu(get_model(SPEC.model)), BLOCK)
-    return PrefixRow(prefix_tokens, requests, runs[True], runs[False], arith.blocks_saved, arith.bytes_saved / 2**30)
+    return PrefixRow(
+        prefix_tokens, requests, runs[True], runs[False], arith.blocks_saved, arith.bytes_saved / 2**30
+    )
 
 
 def markdown(parallel: list[ParallelRow], prefix: list[PrefixRow]) -> str:
@@ -168,8 +192,10 @@ def markdown(parallel: list[ParallelRow], prefix: list[PrefixRow]) -> str:
             f"| {r.saving:.1%} | {r.expected_saving:.1%} | {PAPER_PARALLEL[r.workload]} |"
         )
     for w in dict.fromkeys(r.workload for r in parallel):
-        lines.append(f"| {w} | beam search k=2-6 | - | not implemented in the reference engine | - | - | - | - "
-                     f"| {PAPER_BEAM[w]} |")
+        lines.append(
+            f"| {w} | beam search k=2-6 | - | not implemented in the reference engine | - | - | - | - "
+            f"| {PAPER_BEAM[w]} |"
+        )
     lines += [
         "",
         "| shared system prompt | concurrent requests | peak blocks: caching on / off | blocks saved | arithmetic "
@@ -208,7 +234,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=48, help="Alpaca-like requests (ShareGPT-like: a third)")
     ap.add_argument("--prefix-requests", type=int, default=32)
     args = ap.parse_args()
-    print(run({"Alpaca-like": args.requests, "ShareGPT-like": max(1, args.requests // 3)}, args.prefix_requests))
+    print(
+        run({"Alpaca-like": args.requests, "ShareGPT-like": max(1, args.requests // 3)}, args.prefix_requests)
+    )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,11 @@ class LengthDist:
         """The same shape with every length multiplied by `factor` (for the CPU model's short
         context): means and caps scale, sigmas (shape) do not."""
         return replace(
-            self, name=f"{self.name} x{factor:g}", mean_prompt=self.mean_prompt * factor,
-            mean_output=self.mean_output * factor, max_prompt=max(1, round(self.max_prompt * factor)),
+            self,
+            name=f"{self.name} x{factor:g}",
+            mean_prompt=self.mean_prompt * factor,
+            mean_output=self.mean_output * factor,
+            max_prompt=max(1, round(self.max_prompt * factor)),
             max_output=max(1, round(self.max_output * factor)),
         )
 
@@ -75,7 +78,9 @@ def clipped_lognormal_mean(mu: float, sigma: float, lo: float, hi: float) -> flo
     """E[min(max(X, lo), hi)] for X ~ LogNormal(mu, sigma), in closed form."""
     a, b = math.log(lo), math.log(hi)
     # E[X; lo < X < hi] uses the log-normal's partial expectation.
-    inner = math.exp(mu + sigma * sigma / 2) * (_phi((b - mu - sigma * sigma) / sigma) - _phi((a - mu - sigma * sigma) / sigma))
+    inner = math.exp(mu + sigma * sigma / 2) * (
+        _phi((b - mu - sigma * sigma) / sigma) - _phi((a - mu - sigma * sigma) / sigma)
+    )
     return lo * _phi((a - mu) / sigma) + inner + hi * (1.0 - _phi((b - mu) / sigma))
 
 
@@ -102,8 +107,10 @@ def draw_lengths(dist: LengthDist, n: int, seed: int) -> list[tuple[int, int]]:
     def draw(mu: float, sigma: float, cap: int) -> int:
         return min(cap, max(1, round(rng.lognormvariate(mu, sigma))))
 
-    return [(draw(mu_p, dist.sigma_prompt, dist.max_prompt), draw(mu_o, dist.sigma_output, dist.max_output))
-            for _ in range(n)]
+    return [
+        (draw(mu_p, dist.sigma_prompt, dist.max_prompt), draw(mu_o, dist.sigma_output, dist.max_output))
+        for _ in range(n)
+    ]
 
 
 def poisson_trace(dist: LengthDist, n: int, rate: float, seed: int = 0) -> list[TraceRequest]:

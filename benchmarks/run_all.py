@@ -48,18 +48,51 @@ def _script(key: str, title: str, path: str, timeout_s: int, *args: str) -> Benc
 
 
 BENCHES = (
-    _module("paper_memory", "PagedAttention memory: token-state share, batch size, throughput",
-            "benchmarks.paper_memory", 420),
-    _module("paper_sharing", "KV sharing: parallel sampling and a shared system prompt", "benchmarks.paper_sharing", 120),
-    _module("engine_decode", "SmolLM2-135M decode throughput on CPU (torch backend, in-process)",
-            "benchmarks.engine_decode_bench", 180, "--threads", "1,0"),
-    _script("scheduler", "Scheduler + KV manager time per step (target <= 1 ms at 256 running)",
-            "benchmarks/scheduler_bench.py", 60),
-    _script("exporter", "Exporter: parse + normalise speed and sidecar footprint", "benchmarks/exporter_bench.py", 120),
-    _script("server_overhead", "Server: HTTP overhead and simulated-server capacity", "benchmarks/server_overhead.py", 240),
+    _module(
+        "paper_memory",
+        "PagedAttention memory: token-state share, batch size, throughput",
+        "benchmarks.paper_memory",
+        420,
+    ),
+    _module(
+        "paper_sharing",
+        "KV sharing: parallel sampling and a shared system prompt",
+        "benchmarks.paper_sharing",
+        120,
+    ),
+    _module(
+        "engine_decode",
+        "SmolLM2-135M decode throughput on CPU (torch backend, in-process)",
+        "benchmarks.engine_decode_bench",
+        180,
+        "--threads",
+        "1,0",
+    ),
+    _script(
+        "scheduler",
+        "Scheduler + KV manager time per step (target <= 1 ms at 256 running)",
+        "benchmarks/scheduler_bench.py",
+        60,
+    ),
+    _script(
+        "exporter",
+        "Exporter: parse + normalise speed and sidecar footprint",
+        "benchmarks/exporter_bench.py",
+        120,
+    ),
+    _script(
+        "server_overhead",
+        "Server: HTTP overhead and simulated-server capacity",
+        "benchmarks/server_overhead.py",
+        240,
+    ),
     # Ten 20-second Locust runs by default; it gets what the rest of the budget leaves.
-    _script("harness_client_capacity", "Harness: load one Locust worker drives",
-            "benchmarks/harness_client_capacity.py", 480),
+    _script(
+        "harness_client_capacity",
+        "Harness: load one Locust worker drives",
+        "benchmarks/harness_client_capacity.py",
+        480,
+    ),
 )
 
 
@@ -78,20 +111,41 @@ def run_bench(bench: Bench, timeout_s: float) -> Outcome:
     if not (ROOT / bench.script).exists():
         return Outcome(bench, "missing", started, detail=f"{bench.script} does not exist in this tree")
     t0 = time.monotonic()
-    proc = subprocess.Popen(bench.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        bench.argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the group this call started, servers included
         out, err = proc.communicate()
-        return Outcome(bench, "timed out", started, time.monotonic() - t0, out,
-                       f"killed after {timeout_s:.0f} s; partial output kept below" if out.strip() else
-                       f"killed after {timeout_s:.0f} s with no output")
+        return Outcome(
+            bench,
+            "timed out",
+            started,
+            time.monotonic() - t0,
+            out,
+            f"killed after {timeout_s:.0f} s; partial output kept below"
+            if out.strip()
+            else f"killed after {timeout_s:.0f} s with no output",
+        )
     seconds = time.monotonic() - t0
     if proc.returncode != 0:
         tail = "\n".join(err.strip().splitlines()[-15:])
-        return Outcome(bench, "failed", started, seconds, out, f"exit status {proc.returncode}; stderr tail:\n\n```\n{tail}\n```")
+        return Outcome(
+            bench,
+            "failed",
+            started,
+            seconds,
+            out,
+            f"exit status {proc.returncode}; stderr tail:\n\n```\n{tail}\n```",
+        )
     return Outcome(bench, "ok", started, seconds, out)
 
 
@@ -110,10 +164,12 @@ def kernels_section() -> str:
     md = ROOT / "benchmarks" / "kernels_gpu.md"
     if md.exists():
         return md.read_text(encoding="utf-8").strip()
-    return ("`benchmarks/kernels_gpu.py` (Triton decode bandwidth, paging overhead, fp8 and prefill kernels) needs "
-            "CUDA. No GPU was available in this session, so it was not run; on a CUDA machine run "
-            "`python benchmarks/kernels_gpu.py --out benchmarks/kernels_gpu.md` and `make bench` includes the "
-            "result here. Its CPU smoke mode (`--smoke`, TRITON_INTERPRET=1) only checks that the script runs.")
+    return (
+        "`benchmarks/kernels_gpu.py` (Triton decode bandwidth, paging overhead, fp8 and prefill kernels) needs "
+        "CUDA. No GPU was available in this session, so it was not run; on a CUDA machine run "
+        "`python benchmarks/kernels_gpu.py --out benchmarks/kernels_gpu.md` and `make bench` includes the "
+        "result here. Its CPU smoke mode (`--smoke`, TRITON_INTERPRET=1) only checks that the script runs."
+    )
 
 
 def render(outcomes: list[Outcome], machine_line: str, total_s: float) -> str:
@@ -129,8 +185,14 @@ def render(outcomes: list[Outcome], machine_line: str, total_s: float) -> str:
     ]
     lines += [f"| {o.bench.key} | {o.status} | {o.seconds:.0f} | `{o.bench.command}` |" for o in outcomes]
     for o in outcomes:
-        lines += ["", f"## {o.bench.title}", "", f"Command: `{o.bench.command}` (timeout {o.bench.timeout_s} s). "
-                  f"Machine: {o.machine_line or machine_line}. Status: **{o.status}** in {o.seconds:.0f} s.", ""]
+        lines += [
+            "",
+            f"## {o.bench.title}",
+            "",
+            f"Command: `{o.bench.command}` (timeout {o.bench.timeout_s} s). "
+            f"Machine: {o.machine_line or machine_line}. Status: **{o.status}** in {o.seconds:.0f} s.",
+            "",
+        ]
         if o.detail:
             lines += [o.detail, ""]
         if o.stdout.strip():
@@ -153,12 +215,22 @@ def main() -> None:
             continue
         left = args.budget_s - (time.monotonic() - t0)
         if left < 30:
-            outcomes.append(Outcome(bench, "skipped", machine().line(),
-                                    detail=f"not run: only {left:.0f} s of the budget was left"))
+            outcomes.append(
+                Outcome(
+                    bench,
+                    "skipped",
+                    machine().line(),
+                    detail=f"not run: only {left:.0f} s of the budget was left",
+                )
+            )
             continue
-        print(f"[run_all] {bench.key} (up to {min(bench.timeout_s, left):.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"[run_all] {bench.key} (up to {min(bench.timeout_s, left):.0f} s)", file=sys.stderr, flush=True
+        )
         outcome = run_bench(bench, min(bench.timeout_s, left))
-        print(f"[run_all] {bench.key}: {outcome.status} in {outcome.seconds:.0f} s", file=sys.stderr, flush=True)
+        print(
+            f"[run_all] {bench.key}: {outcome.status} in {outcome.seconds:.0f} s", file=sys.stderr, flush=True
+        )
         outcomes.append(outcome)
     total = time.monotonic() - t0
     text = render(outcomes, machine().line(), total)

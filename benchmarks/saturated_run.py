@@ -86,9 +86,17 @@ class SaturatedRun:
 
 
 def run_saturated(
-    engine: LLMEngine, trace: list[TraceRequest], clock: Clock, *, warmup_steps: int, measure_steps: int,
-    token_range: tuple[int, int] = (1000, 60_000), share_every: int = 1, max_backlog: int = 256,
-    temperature: float = 1.0, seed: int = 0,
+    engine: LLMEngine,
+    trace: list[TraceRequest],
+    clock: Clock,
+    *,
+    warmup_steps: int,
+    measure_steps: int,
+    token_range: tuple[int, int] = (1000, 60_000),
+    share_every: int = 1,
+    max_backlog: int = 256,
+    temperature: float = 1.0,
+    seed: int = 0,
 ) -> SaturatedRun:
     """Run `trace` until the window closes. Prompts are random token ids in `token_range`
     (no two prompts share a block, so the prefix cache never helps). `share_every` samples the
@@ -104,8 +112,13 @@ def run_saturated(
         now = clock.now() - t0
         while pending and pending[0].arrival_s <= now and len(scheduler.waiting) < max_backlog:
             req = pending.popleft()
-            params = SamplingParams(max_tokens=req.output_tokens, n=req.n, ignore_eos=True,
-                                    temperature=temperature, seed=seed + run.admitted)
+            params = SamplingParams(
+                max_tokens=req.output_tokens,
+                n=req.n,
+                ignore_eos=True,
+                temperature=temperature,
+                seed=seed + run.admitted,
+            )
             engine.add_request([rng.randrange(*token_range) for _ in range(req.prompt_tokens)], params)
             run.admitted += 1
         if not engine.has_unfinished():

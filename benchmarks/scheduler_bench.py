@@ -43,7 +43,9 @@ def main() -> None:
     med, p99 = statistics.median(times) * 1e3, sorted(times)[int(0.99 * len(times))] * 1e3
     print("| running | prompt tokens | block size | median ms/step | p99 ms/step | target |")
     print("|---|---|---|---|---|---|")
-    print(f"| {args.running} | {args.prompt_len} | {bs} | {med:.3f} | {p99:.3f} | <= 1 ms: {'met' if med <= 1 else 'MISSED'} |")
+    print(
+        f"| {args.running} | {args.prompt_len} | {bs} | {med:.3f} | {p99:.3f} | <= 1 ms: {'met' if med <= 1 else 'MISSED'} |"
+    )
 
 
 if __name__ == "__main__":

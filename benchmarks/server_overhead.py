@@ -32,9 +32,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # -- shared: a server child process and a streaming client ---------------------------------------
 
+
 class Child:
     def __init__(self, cmd: list[str]):
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
+        )
         line = self.proc.stdout.readline()
         if "listening on" not in line:
             raise RuntimeError(f"server did not start: {line!r}")
@@ -68,7 +71,9 @@ async def run_streams(url: str, bodies: list[dict]) -> tuple[int, float, list[fl
     """All bodies at once; returns (completion tokens, wall seconds, client inter-chunk gaps)."""
     gaps: list[float] = []
     connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=1800)) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=1800)
+    ) as session:
         start = time.perf_counter()
         tokens = await asyncio.gather(*(_stream(session, url, b, gaps) for b in bodies))
         return sum(tokens), time.perf_counter() - start, gaps
@@ -79,6 +84,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 # -- 1. HTTP overhead on tiny-random ----------------------------------------------------------------
+
 
 def overhead(args: argparse.Namespace) -> None:
     """Rounds alternate the two paths, and each path's best round counts: other work on a
@@ -92,8 +98,18 @@ def overhead(args: argparse.Namespace) -> None:
     built = build_engine(EngineConfig(model="tiny-random", num_blocks=2048, max_num_seqs=args.requests))
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
     built.engine.generate(prompts[:2], SamplingParams(max_tokens=8, ignore_eos=True))  # warm-up
-    bodies = [{"model": "tiny-random", "prompt": p, "max_tokens": args.max_tokens, "temperature": 0,
-               "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}} for p in prompts]
+    bodies = [
+        {
+            "model": "tiny-random",
+            "prompt": p,
+            "max_tokens": args.max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        for p in prompts
+    ]
     child = Child([sys.executable, "-m", "reference_engine.server.serve_cli", "--port", "0", *config])
     in_rates, http_rates, all_gaps = [], [], []
     try:
@@ -101,7 +117,9 @@ def overhead(args: argparse.Namespace) -> None:
         for _ in range(args.rounds):
             start = time.perf_counter()
             results = built.engine.generate(prompts, params)
-            in_rates.append(sum(c.num_output_tokens for r in results for c in r.choices) / (time.perf_counter() - start))
+            in_rates.append(
+                sum(c.num_output_tokens for r in results for c in r.choices) / (time.perf_counter() - start)
+            )
             tokens, seconds, gaps = asyncio.run(run_streams(child.url, bodies))
             http_rates.append(tokens / seconds)
             all_gaps += gaps
@@ -109,18 +127,29 @@ def overhead(args: argparse.Namespace) -> None:
         child.stop()
     ratio = max(http_rates) / max(in_rates)
     total = args.requests * args.max_tokens
-    print(f"\n### HTTP overhead (tiny-random, {args.requests} concurrent streams x {args.max_tokens} tokens, "
-          f"best of {args.rounds} alternating rounds)\n")
-    print("| path | output tokens per round | tokens/s best | tokens/s median | client inter-chunk p50 / p99 ms |")
+    print(
+        f"\n### HTTP overhead (tiny-random, {args.requests} concurrent streams x {args.max_tokens} tokens, "
+        f"best of {args.rounds} alternating rounds)\n"
+    )
+    print(
+        "| path | output tokens per round | tokens/s best | tokens/s median | client inter-chunk p50 / p99 ms |"
+    )
     print("|---|---|---|---|---|")
-    print(f"| in-process `LLMEngine.generate` | {total} | {max(in_rates):,.0f} | {statistics.median(in_rates):,.0f} | – |")
-    print(f"| HTTP streaming (server process) | {total} | {max(http_rates):,.0f} | {statistics.median(http_rates):,.0f} | "
-          f"{pct(all_gaps, 0.5) * 1e3:.2f} / {pct(all_gaps, 0.99) * 1e3:.2f} |")
-    print(f"\nratio (best / best) {ratio:.2f} (target >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'}); "
-          f"median / median {statistics.median(http_rates) / statistics.median(in_rates):.2f}")
+    print(
+        f"| in-process `LLMEngine.generate` | {total} | {max(in_rates):,.0f} | {statistics.median(in_rates):,.0f} | – |"
+    )
+    print(
+        f"| HTTP streaming (server process) | {total} | {max(http_rates):,.0f} | {statistics.median(http_rates):,.0f} | "
+        f"{pct(all_gaps, 0.5) * 1e3:.2f} / {pct(all_gaps, 0.99) * 1e3:.2f} |"
+    )
+    print(
+        f"\nratio (best / best) {ratio:.2f} (target >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'}); "
+        f"median / median {statistics.median(http_rates) / statistics.median(in_rates):.2f}"
+    )
 
 
 # -- 2. simulation capacity -------------------------------------------------------------------------
+
 
 def sim_child(argv: list[str]) -> int:
     """Child mode: a --simulate server that writes its step records to a file when it stops."""
@@ -140,10 +169,16 @@ def sim_child(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     config = config_from_args(a)
     built = build_sim_engine(SimSpec(a.sim_model, a.sim_gpu, a.tensor_parallel_size), config)
-    info = cache_config_labels(config.block_size, built.num_blocks, config.kv_cache_dtype,
-                               config.enable_prefix_caching, config.allocator)
-    app = create_app(built.engine, built.tokenizer, ServerConfig(a.sim_model, "simulated"), info,
-                     built.executor.begin_step)
+    info = cache_config_labels(
+        config.block_size,
+        built.num_blocks,
+        config.kv_cache_dtype,
+        config.enable_prefix_caching,
+        config.allocator,
+    )
+    app = create_app(
+        built.engine, built.tokenizer, ServerConfig(a.sim_model, "simulated"), info, built.executor.begin_step
+    )
     code = asyncio.run(serve(app, "127.0.0.1", 0, 10.0))
     records = [[r.num_seqs, r.num_tokens, r.modelled_s, r.measured_s] for r in built.executor.records]
     with open(a.records, "w") as f:
@@ -152,35 +187,69 @@ def sim_child(argv: list[str]) -> int:
 
 
 def sim(args: argparse.Namespace) -> None:
-    deployment = ["--sim-model", args.sim_model, "--sim-gpu", args.sim_gpu, "--tensor-parallel-size", str(args.tp),
-                  "--max-model-len", "4096", "--max-num-batched-tokens", "65536"]
+    deployment = [
+        "--sim-model",
+        args.sim_model,
+        "--sim-gpu",
+        args.sim_gpu,
+        "--tensor-parallel-size",
+        str(args.tp),
+        "--max-model-len",
+        "4096",
+        "--max-num-batched-tokens",
+        "65536",
+    ]
     rows, best = [], 0
     for c in [int(x) for x in args.concurrency.split(",")]:
         with tempfile.NamedTemporaryFile(suffix=".json") as records_file:
-            child = Child([sys.executable, os.path.abspath(__file__), "--sim-child", records_file.name, *deployment,
-                           "--max-num-seqs", str(c)])
+            child = Child(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--sim-child",
+                    records_file.name,
+                    *deployment,
+                    "--max-num-seqs",
+                    str(c),
+                ]
+            )
             try:
-                bodies = [{"model": args.sim_model, "prompt": f"Stream {i} asks about " + "the sea " * (i % 8 + 2),
-                           "max_tokens": args.sim_tokens, "stream": True, "stream_options": {"include_usage": True}}
-                          for i in range(c)]
+                bodies = [
+                    {
+                        "model": args.sim_model,
+                        "prompt": f"Stream {i} asks about " + "the sea " * (i % 8 + 2),
+                        "max_tokens": args.sim_tokens,
+                        "stream": True,
+                        "stream_options": {"include_usage": True},
+                    }
+                    for i in range(c)
+                ]
                 tokens, wall, gaps = asyncio.run(run_streams(child.url, bodies))
             finally:
                 child.stop()
             with open(records_file.name) as f:
                 records = json.load(f)
-        full = [r for r in records if r[0] >= 0.95 * c and r[1] == r[0]]  # decode steps with (nearly) all streams
+        full = [
+            r for r in records if r[0] >= 0.95 * c and r[1] == r[0]
+        ]  # decode steps with (nearly) all streams
         modelled = statistics.median(r[2] for r in full) if full else float("nan")
         ratios = [r[3] / r[2] for r in full]
         med = statistics.median(ratios) if ratios else float("nan")
         ok = bool(ratios) and med <= 1.10 and tokens == c * args.sim_tokens
         best = max(best, c) if ok else best
-        rows.append(f"| {c} | {len(full)} | {modelled * 1e3:.1f} | {modelled * med * 1e3:.1f} | {med:.2f} | "
-                    f"{pct(ratios, 0.9):.2f} | {tokens / wall:,.0f} | {pct(gaps, 0.5) * 1e3:.0f} / "
-                    f"{pct(gaps, 0.99) * 1e3:.0f} | {'yes' if ok else 'no'} |")
-    print(f"\n### Simulation capacity ({args.sim_model} on {args.tp} x {args.sim_gpu}, {args.sim_tokens} tokens "
-          "per stream, one server process)\n")
-    print("| streams | full decode steps | modelled ms/step | measured ms/step (median) | measured / modelled "
-          "(median) | p90 | tokens/s | client ITL p50 / p99 ms | within 10% |")
+        rows.append(
+            f"| {c} | {len(full)} | {modelled * 1e3:.1f} | {modelled * med * 1e3:.1f} | {med:.2f} | "
+            f"{pct(ratios, 0.9):.2f} | {tokens / wall:,.0f} | {pct(gaps, 0.5) * 1e3:.0f} / "
+            f"{pct(gaps, 0.99) * 1e3:.0f} | {'yes' if ok else 'no'} |"
+        )
+    print(
+        f"\n### Simulation capacity ({args.sim_model} on {args.tp} x {args.sim_gpu}, {args.sim_tokens} tokens "
+        "per stream, one server process)\n"
+    )
+    print(
+        "| streams | full decode steps | modelled ms/step | measured ms/step (median) | measured / modelled "
+        "(median) | p90 | tokens/s | client ITL p50 / p99 ms | within 10% |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print(f"\nlargest concurrency within 10% of the cost model: {best or 'none of those tried'}")
@@ -199,7 +268,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16, help="concurrent streams for the overhead test")
     ap.add_argument("--max-tokens", type=int, default=256, help="tokens per request for the overhead test")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per path for the overhead test")
-    ap.add_argument("--concurrency", default="100,250,500,750,1000,1500", help="stream counts for the sim test")
+    ap.add_argument(
+        "--concurrency", default="100,250,500,750,1000,1500", help="stream counts for the sim test"
+    )
     ap.add_argument("--sim-tokens", type=int, default=64, help="tokens per stream for the sim test")
     ap.add_argument("--sim-model", default="llama-3.1-70b")
     ap.add_argument("--sim-gpu", default="h100-80gb")

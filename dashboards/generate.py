@@ -71,9 +71,12 @@ def all_panel_queries(dashboard: JSON) -> list[tuple[str, str]]:
 
     Template-variable queries (`label_values(...)`) are not panel queries and are excluded.
     """
-    return [(panel.get("title", ""), target["expr"])
-            for panel in _panels(dashboard.get("panels", []))
-            for target in panel.get("targets", []) if "expr" in target]
+    return [
+        (panel.get("title", ""), target["expr"])
+        for panel in _panels(dashboard.get("panels", []))
+        for target in panel.get("targets", [])
+        if "expr" in target
+    ]
 
 
 def problems(dashboards: dict[str, JSON]) -> list[str]:
@@ -83,7 +86,9 @@ def problems(dashboards: dict[str, JSON]) -> list[str]:
     for name, model in dashboards.items():
         found += [f"{name}: {p}" for p in lint.datasource_problems(model)]
         for title, expr in all_panel_queries(model):
-            found += [f"{name} / {title}: {p}" for p in lint.counter_problems(expr) + lint.quantile_problems(expr)]
+            found += [
+                f"{name} / {title}: {p}" for p in lint.counter_problems(expr) + lint.quantile_problems(expr)
+            ]
     return found
 
 

@@ -71,7 +71,9 @@ def read_token(token_file: Path | None, environ: Mapping[str, str]) -> str | Non
     return environ.get(TOKEN_ENV, "").strip() or None
 
 
-def resolve_target(url: str, token_file: Path | None, environ: Mapping[str, str] | None = None) -> GrafanaTarget:
+def resolve_target(
+    url: str, token_file: Path | None, environ: Mapping[str, str] | None = None
+) -> GrafanaTarget:
     """Parse the URL, pick the credential and build the redactor for both."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -79,22 +81,29 @@ def resolve_target(url: str, token_file: Path | None, environ: Mapping[str, str]
     token = read_token(token_file, os.environ if environ is None else environ)
     if token is None and not (parts.username and parts.password):
         raise DashboardImportError(
-            f"no Grafana credentials: set {TOKEN_ENV}, pass --token-file, or put user:password@ in the URL")
+            f"no Grafana credentials: set {TOKEN_ENV}, pass --token-file, or put user:password@ in the URL"
+        )
     netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
     # grafana-client appends "api" to the URL path without a separator: a Grafana served
     # under /grafana must be given as /grafana/, or requests go to /grafanaapi/...
     path = parts.path if parts.path.endswith("/") or not parts.path else parts.path + "/"
     display = urlunsplit((parts.scheme, netloc, path, "", "")).rstrip("/")
     secrets = tuple(s for s in (token, parts.password) if s)
-    return GrafanaTarget(url=urlunsplit((parts.scheme, parts.netloc, path, parts.query, "")),
-                         display_url=display, token=token, redact=Redactor(secrets))
+    return GrafanaTarget(
+        url=urlunsplit((parts.scheme, parts.netloc, path, parts.query, "")),
+        display_url=display,
+        token=token,
+        redact=Redactor(secrets),
+    )
 
 
 def _client(target: GrafanaTarget, timeout: float):
     try:
         from grafana_client import GrafanaApi, TokenAuth
     except ImportError:
-        raise DashboardImportError("grafana-client is not installed: pip install 'kvscope[harness]'") from None
+        raise DashboardImportError(
+            "grafana-client is not installed: pip install 'kvscope[harness]'"
+        ) from None
     credential = TokenAuth(target.token) if target.token else None
     return GrafanaApi.from_url(target.url, credential=credential, timeout=timeout)
 
@@ -128,11 +137,15 @@ def _explain(exc: Exception, target: GrafanaTarget) -> str:
 
     where = target.display_url
     if isinstance(exc, GrafanaUnauthorizedError):
-        return (f"Grafana at {where} rejected the credentials (401 Unauthorized): check "
-                f"{TOKEN_ENV} / --token-file, and that the token has not expired")
+        return (
+            f"Grafana at {where} rejected the credentials (401 Unauthorized): check "
+            f"{TOKEN_ENV} / --token-file, and that the token has not expired"
+        )
     if isinstance(exc, GrafanaClientError) and exc.status_code == 403:
-        return (f"Grafana at {where} refused the request (403 Forbidden): the token needs the "
-                f"Editor role (folders:create, dashboards:write)")
+        return (
+            f"Grafana at {where} refused the request (403 Forbidden): the token needs the "
+            f"Editor role (folders:create, dashboards:write)"
+        )
     if isinstance(exc, GrafanaTimeoutError):
         return f"Grafana at {where} did not answer in time"
     if isinstance(exc, GrafanaServerError | GrafanaClientError):
@@ -149,8 +162,14 @@ class Imported:
     version: int | None
 
 
-def import_dashboards(target: GrafanaTarget, dashboards: Mapping[str, JSON], *, folder: str | None,
-                      overwrite: bool, timeout: float = 10.0) -> list[Imported]:
+def import_dashboards(
+    target: GrafanaTarget,
+    dashboards: Mapping[str, JSON],
+    *,
+    folder: str | None,
+    overwrite: bool,
+    timeout: float = 10.0,
+) -> list[Imported]:
     """Create `folder` if needed and post every dashboard into it.
 
     Without `overwrite`, a dashboard whose uid already exists is left untouched (Grafana
@@ -173,14 +192,21 @@ def import_dashboards(target: GrafanaTarget, dashboards: Mapping[str, JSON], *, 
                     raise
                 exists.append(f"{model['uid']} ({target.redact(exc.message)})")
                 continue
-            done.append(Imported(name=name, uid=answer.get("uid", model["uid"]),
-                                 url=target.display_url + answer.get("url", f"/d/{model['uid']}"),
-                                 version=answer.get("version")))
+            done.append(
+                Imported(
+                    name=name,
+                    uid=answer.get("uid", model["uid"]),
+                    url=target.display_url + answer.get("url", f"/d/{model['uid']}"),
+                    version=answer.get("version"),
+                )
+            )
     except (GrafanaException, RequestException, OSError) as exc:
         raise DashboardImportError(target.redact(_explain(exc, target))) from None
     if exists:
         raise DashboardImportError(
-            "already in Grafana, left unchanged: " + "; ".join(exists)
+            "already in Grafana, left unchanged: "
+            + "; ".join(exists)
             + ". Rerun with --overwrite to replace them"
-            + (f" (imported: {', '.join(d.uid for d in done)})" if done else ""))
+            + (f" (imported: {', '.join(d.uid for d in done)})" if done else "")
+        )
     return done

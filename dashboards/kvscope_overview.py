@@ -55,85 +55,140 @@ def _variables() -> list[JSON]:
         datasource_variable(),
         label_variable("target", "target", "kvscope_target_up"),
         label_variable("model", "model", "kvscope_requests_running", 'target=~"$target"'),
-        label_variable("instance", "instance", "kvscope_requests_running",
-                       'target=~"$target", model=~"$model"'),
+        label_variable(
+            "instance", "instance", "kvscope_requests_running", 'target=~"$target", model=~"$model"'
+        ),
     ]
 
 
 def _kv_cache(layout: Layout, q: Promql) -> None:
     layout.row("KV cache")
-    layout.add(stat(
-        "KV cache usage (max)",
-        "Highest KV-cache block usage over the selected engines, 0-1. Orange from 90 %, red from "
-        "98 %: near 100 % is normal under load, but sustained 98 % means new requests wait for "
-        "blocks and running ones get preempted.\n\nMetric: `kvscope_kv_usage_ratio`",
-        [query(f"max({q.sel('kvscope_kv_usage_ratio')})", "max")],
-        unit="percentunit", steps=KV_USAGE, max_value=1), w=4)
-    layout.add(timeseries(
-        "KV cache usage",
-        "Fraction of KV-cache blocks held by requests, per engine. Engines count evictable "
-        "prefix-cache blocks as free, so this is pressure from live requests.\n\n"
-        "Metric: `kvscope_kv_usage_ratio`",
-        [query(q.gauge("max", "kvscope_kv_usage_ratio"), LEGEND)],
-        unit="percentunit", max_value=1, steps=KV_USAGE), w=12)
-    layout.add(table(
-        "KV capacity",
-        "The KV pool each engine allocated at start-up: blocks x block size = tokens. Divide by "
-        "a typical request's prompt + output tokens for the concurrency that fits without "
-        "preemption.\n\nMetrics: `kvscope_kv_capacity_tokens`, `kvscope_kv_capacity_blocks`, "
-        "`kvscope_kv_block_size_tokens`",
-        [query(q.gauge("max", m), instant=True, fmt="table") for m in (
-            "kvscope_kv_capacity_tokens", "kvscope_kv_capacity_blocks", "kvscope_kv_block_size_tokens")],
-        transformations=[{"id": "merge", "options": {}}],
-        rename={"Value #A": "capacity (tokens)", "Value #B": "blocks", "Value #C": "block size (tokens)"},
-        no_value="Capacity not reported by this engine"), w=8)
+    layout.add(
+        stat(
+            "KV cache usage (max)",
+            "Highest KV-cache block usage over the selected engines, 0-1. Orange from 90 %, red from "
+            "98 %: near 100 % is normal under load, but sustained 98 % means new requests wait for "
+            "blocks and running ones get preempted.\n\nMetric: `kvscope_kv_usage_ratio`",
+            [query(f"max({q.sel('kvscope_kv_usage_ratio')})", "max")],
+            unit="percentunit",
+            steps=KV_USAGE,
+            max_value=1,
+        ),
+        w=4,
+    )
+    layout.add(
+        timeseries(
+            "KV cache usage",
+            "Fraction of KV-cache blocks held by requests, per engine. Engines count evictable "
+            "prefix-cache blocks as free, so this is pressure from live requests.\n\n"
+            "Metric: `kvscope_kv_usage_ratio`",
+            [query(q.gauge("max", "kvscope_kv_usage_ratio"), LEGEND)],
+            unit="percentunit",
+            max_value=1,
+            steps=KV_USAGE,
+        ),
+        w=12,
+    )
+    layout.add(
+        table(
+            "KV capacity",
+            "The KV pool each engine allocated at start-up: blocks x block size = tokens. Divide by "
+            "a typical request's prompt + output tokens for the concurrency that fits without "
+            "preemption.\n\nMetrics: `kvscope_kv_capacity_tokens`, `kvscope_kv_capacity_blocks`, "
+            "`kvscope_kv_block_size_tokens`",
+            [
+                query(q.gauge("max", m), instant=True, fmt="table")
+                for m in (
+                    "kvscope_kv_capacity_tokens",
+                    "kvscope_kv_capacity_blocks",
+                    "kvscope_kv_block_size_tokens",
+                )
+            ],
+            transformations=[{"id": "merge", "options": {}}],
+            rename={"Value #A": "capacity (tokens)", "Value #B": "blocks", "Value #C": "block size (tokens)"},
+            no_value="Capacity not reported by this engine",
+        ),
+        w=8,
+    )
 
 
 def _scheduler(layout: Layout, q: Promql) -> None:
     layout.row("Scheduler and preemption")
-    layout.add(timeseries(
-        "Running and waiting requests",
-        "Requests in the running batch and in the waiting queue. Waiting requests with KV usage "
-        "near 100 % are waiting for KV blocks; waiting with low KV usage points elsewhere "
-        "(max_num_seqs, token budget, compute).\n\n"
-        "Metrics: `kvscope_requests_running`, `kvscope_requests_waiting`",
-        [query(q.gauge("sum", "kvscope_requests_running"), f"running · {LEGEND}"),
-         query(q.gauge("sum", "kvscope_requests_waiting"), f"waiting · {LEGEND}")]), w=8)
-    layout.add(timeseries(
-        "Preemptions per second",
-        "Running requests evicted to free KV blocks (recompute: their prefill is redone later). "
-        "Sustained preemption means the KV cache is too small for the load.\n\n"
-        "Metric: `rate(kvscope_preemptions_total)`",
-        [query(q.sum_rate("kvscope_preemptions_total"), LEGEND)],
-        unit=PER_S, steps=PREEMPTION_RATE), w=8)
-    layout.add(timeseries(
-        "Preemptions per finished request",
-        "Preemptions divided by finished requests over the same window: a load-independent "
-        "measure of how much work is thrown away. Below 0.01 is occasional; above 0.05 act.\n\n"
-        "Metrics: `rate(kvscope_preemptions_total) / rate(kvscope_requests_finished_total)`",
-        [query(q.ratio("kvscope_preemptions_total", "kvscope_requests_finished_total"), LEGEND)],
-        steps=PREEMPTION_SHARE), w=8)
+    layout.add(
+        timeseries(
+            "Running and waiting requests",
+            "Requests in the running batch and in the waiting queue. Waiting requests with KV usage "
+            "near 100 % are waiting for KV blocks; waiting with low KV usage points elsewhere "
+            "(max_num_seqs, token budget, compute).\n\n"
+            "Metrics: `kvscope_requests_running`, `kvscope_requests_waiting`",
+            [
+                query(q.gauge("sum", "kvscope_requests_running"), f"running · {LEGEND}"),
+                query(q.gauge("sum", "kvscope_requests_waiting"), f"waiting · {LEGEND}"),
+            ],
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Preemptions per second",
+            "Running requests evicted to free KV blocks (recompute: their prefill is redone later). "
+            "Sustained preemption means the KV cache is too small for the load.\n\n"
+            "Metric: `rate(kvscope_preemptions_total)`",
+            [query(q.sum_rate("kvscope_preemptions_total"), LEGEND)],
+            unit=PER_S,
+            steps=PREEMPTION_RATE,
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Preemptions per finished request",
+            "Preemptions divided by finished requests over the same window: a load-independent "
+            "measure of how much work is thrown away. Below 0.01 is occasional; above 0.05 act.\n\n"
+            "Metrics: `rate(kvscope_preemptions_total) / rate(kvscope_requests_finished_total)`",
+            [query(q.ratio("kvscope_preemptions_total", "kvscope_requests_finished_total"), LEGEND)],
+            steps=PREEMPTION_SHARE,
+        ),
+        w=8,
+    )
 
 
 def _prefix_cache(layout: Layout, q: Promql) -> None:
     layout.row("Prefix cache")
-    layout.add(timeseries(
-        "Prefix cache hit ratio",
-        "Share of looked-up prompt tokens served from the prefix cache, from the rates of the "
-        "token counters over the panel's window (not lifetime totals). Low while prompts share "
-        "a prefix usually means the prefixes differ in a byte (timestamps, ids) before the "
-        "shared part.\n\nMetrics: `kvscope_prefix_cache_hits_tokens_total`, "
-        "`kvscope_prefix_cache_queries_tokens_total`",
-        [query(q.ratio("kvscope_prefix_cache_hits_tokens_total",
-                       "kvscope_prefix_cache_queries_tokens_total"), LEGEND)],
-        unit="percentunit", max_value=1), w=12)
-    layout.add(timeseries(
-        "Prefix cache tokens per second",
-        "Prompt tokens looked up in the prefix cache and tokens found there.\n\n"
-        "Metrics: `kvscope_prefix_cache_queries_tokens_total`, `kvscope_prefix_cache_hits_tokens_total`",
-        [query(q.sum_rate("kvscope_prefix_cache_queries_tokens_total"), f"queried · {LEGEND}"),
-         query(q.sum_rate("kvscope_prefix_cache_hits_tokens_total"), f"hit · {LEGEND}")],
-        unit=TOKENS_PER_S), w=12)
+    layout.add(
+        timeseries(
+            "Prefix cache hit ratio",
+            "Share of looked-up prompt tokens served from the prefix cache, from the rates of the "
+            "token counters over the panel's window (not lifetime totals). Low while prompts share "
+            "a prefix usually means the prefixes differ in a byte (timestamps, ids) before the "
+            "shared part.\n\nMetrics: `kvscope_prefix_cache_hits_tokens_total`, "
+            "`kvscope_prefix_cache_queries_tokens_total`",
+            [
+                query(
+                    q.ratio(
+                        "kvscope_prefix_cache_hits_tokens_total", "kvscope_prefix_cache_queries_tokens_total"
+                    ),
+                    LEGEND,
+                )
+            ],
+            unit="percentunit",
+            max_value=1,
+        ),
+        w=12,
+    )
+    layout.add(
+        timeseries(
+            "Prefix cache tokens per second",
+            "Prompt tokens looked up in the prefix cache and tokens found there.\n\n"
+            "Metrics: `kvscope_prefix_cache_queries_tokens_total`, `kvscope_prefix_cache_hits_tokens_total`",
+            [
+                query(q.sum_rate("kvscope_prefix_cache_queries_tokens_total"), f"queried · {LEGEND}"),
+                query(q.sum_rate("kvscope_prefix_cache_hits_tokens_total"), f"hit · {LEGEND}"),
+            ],
+            unit=TOKENS_PER_S,
+        ),
+        w=12,
+    )
 
 
 def _latency(layout: Layout, q: Promql) -> None:
@@ -142,64 +197,117 @@ def _latency(layout: Layout, q: Promql) -> None:
     # not the replica their request landed on.
     per_model = Promql(q.selector, by="target, model")
     for title, histogram, what in (
-        ("Time to first token", "kvscope_time_to_first_token_seconds",
-         "Queueing, prefill and the first decode step. Preemption shows up here as p99 spikes."),
-        ("Inter-token latency", "kvscope_inter_token_latency_seconds",
-         "Gap between streamed tokens; grows with batch size and with re-prefills after preemption."),
-        ("End-to-end request latency", "kvscope_e2e_request_latency_seconds",
-         "Arrival to last token."),
-        ("Queue time", "kvscope_request_queue_time_seconds",
-         "Time waiting before the first schedule; grows when the KV pool is full."),
+        (
+            "Time to first token",
+            "kvscope_time_to_first_token_seconds",
+            "Queueing, prefill and the first decode step. Preemption shows up here as p99 spikes.",
+        ),
+        (
+            "Inter-token latency",
+            "kvscope_inter_token_latency_seconds",
+            "Gap between streamed tokens; grows with batch size and with re-prefills after preemption.",
+        ),
+        ("End-to-end request latency", "kvscope_e2e_request_latency_seconds", "Arrival to last token."),
+        (
+            "Queue time",
+            "kvscope_request_queue_time_seconds",
+            "Time waiting before the first schedule; grows when the KV pool is full.",
+        ),
     ):
-        layout.add(latency(title, f"{what}\n\nMetric: `{histogram}`", per_model.latency_quantiles(histogram),
-                           "{{target}} {{model}}"), w=12)
+        layout.add(
+            latency(
+                title,
+                f"{what}\n\nMetric: `{histogram}`",
+                per_model.latency_quantiles(histogram),
+                "{{target}} {{model}}",
+            ),
+            w=12,
+        )
 
 
 def _throughput(layout: Layout, q: Promql) -> None:
     layout.row("Throughput")
-    layout.add(timeseries(
-        "Token throughput",
-        "Prompt tokens (including prefix-cache hits) and generated tokens per second.\n\n"
-        "Metrics: `kvscope_prompt_tokens_total`, `kvscope_generation_tokens_total`",
-        [query(q.sum_rate("kvscope_prompt_tokens_total"), f"prompt · {LEGEND}"),
-         query(q.sum_rate("kvscope_generation_tokens_total"), f"generation · {LEGEND}")],
-        unit=TOKENS_PER_S), w=12)
-    layout.add(timeseries(
-        "Finished requests per second",
-        "Requests finished per second, for any reason.\n\nMetric: `kvscope_requests_finished_total`",
-        [query(q.sum_rate("kvscope_requests_finished_total"), LEGEND)], unit="reqps"), w=12)
+    layout.add(
+        timeseries(
+            "Token throughput",
+            "Prompt tokens (including prefix-cache hits) and generated tokens per second.\n\n"
+            "Metrics: `kvscope_prompt_tokens_total`, `kvscope_generation_tokens_total`",
+            [
+                query(q.sum_rate("kvscope_prompt_tokens_total"), f"prompt · {LEGEND}"),
+                query(q.sum_rate("kvscope_generation_tokens_total"), f"generation · {LEGEND}"),
+            ],
+            unit=TOKENS_PER_S,
+        ),
+        w=12,
+    )
+    layout.add(
+        timeseries(
+            "Finished requests per second",
+            "Requests finished per second, for any reason.\n\nMetric: `kvscope_requests_finished_total`",
+            [query(q.sum_rate("kvscope_requests_finished_total"), LEGEND)],
+            unit="reqps",
+        ),
+        w=12,
+    )
 
 
 def _advice_and_exporter(layout: Layout, q: Promql) -> None:
     layout.row("Live advice and exporter health")
-    layout.add(table(
-        "Live advice",
-        "What the exporter's diagnosis rules advise now, from a window of recent samples "
-        "(saturation, persistent preemption, prefix hit ratio). `kvscope report` adds workload "
-        "evidence and what-if replays after a run.\n\nMetric: `kvscope_advice`",
-        [query(f"{q.gauge('max', 'kvscope_advice', by=SERIES + ', action')} == 1",
-               instant=True, fmt="table")],
-        hide=("Time", "Value"), overrides=[field_mappings("action", ADVICE_TEXT)],
-        no_value="No advice yet"), w=12)
-    layout.add(stat(
-        "Target up",
-        "Whether the exporter's last scrape of each engine succeeded. When the exporter itself "
-        "is down these disappear; Prometheus' own `up` covers that.\n\nMetric: `kvscope_target_up`",
-        [query(TARGET_ONLY.gauge("max", "kvscope_target_up"), "{{target}}")],
-        steps=thresholds(("red", None), ("green", 1)),
-        mappings=value_mappings({"0": ("DOWN", "red"), "1": ("UP", "green")})), w=4)
-    layout.add(timeseries(
-        "Scrape duration",
-        "How long the exporter's scrape of each engine's /metrics takes.\n\n"
-        "Metric: `kvscope_scrape_duration_seconds`",
-        [query(TARGET_ONLY.gauge("max", "kvscope_scrape_duration_seconds"), "{{target}}")],
-        unit="s"), w=4)
-    layout.add(timeseries(
-        "Scrape errors per second",
-        "Failed scrapes by reason (timeout, HTTP status, parse, size cap).\n\n"
-        "Metric: `kvscope_scrape_errors_total`",
-        [query(TARGET_ONLY.sum_rate("kvscope_scrape_errors_total", by="target, reason"),
-               "{{target}} {{reason}}")], unit=PER_S), w=4)
+    layout.add(
+        table(
+            "Live advice",
+            "What the exporter's diagnosis rules advise now, from a window of recent samples "
+            "(saturation, persistent preemption, prefix hit ratio). `kvscope report` adds workload "
+            "evidence and what-if replays after a run.\n\nMetric: `kvscope_advice`",
+            [
+                query(
+                    f"{q.gauge('max', 'kvscope_advice', by=SERIES + ', action')} == 1",
+                    instant=True,
+                    fmt="table",
+                )
+            ],
+            hide=("Time", "Value"),
+            overrides=[field_mappings("action", ADVICE_TEXT)],
+            no_value="No advice yet",
+        ),
+        w=12,
+    )
+    layout.add(
+        stat(
+            "Target up",
+            "Whether the exporter's last scrape of each engine succeeded. When the exporter itself "
+            "is down these disappear; Prometheus' own `up` covers that.\n\nMetric: `kvscope_target_up`",
+            [query(TARGET_ONLY.gauge("max", "kvscope_target_up"), "{{target}}")],
+            steps=thresholds(("red", None), ("green", 1)),
+            mappings=value_mappings({"0": ("DOWN", "red"), "1": ("UP", "green")}),
+        ),
+        w=4,
+    )
+    layout.add(
+        timeseries(
+            "Scrape duration",
+            "How long the exporter's scrape of each engine's /metrics takes.\n\n"
+            "Metric: `kvscope_scrape_duration_seconds`",
+            [query(TARGET_ONLY.gauge("max", "kvscope_scrape_duration_seconds"), "{{target}}")],
+            unit="s",
+        ),
+        w=4,
+    )
+    layout.add(
+        timeseries(
+            "Scrape errors per second",
+            "Failed scrapes by reason (timeout, HTTP status, parse, size cap).\n\n"
+            "Metric: `kvscope_scrape_errors_total`",
+            [
+                query(
+                    TARGET_ONLY.sum_rate("kvscope_scrape_errors_total", by="target, reason"),
+                    "{{target}} {{reason}}",
+                )
+            ],
+            unit=PER_S,
+        ),
+        w=4,
+    )
 
 
 def build() -> JSON:
@@ -209,7 +317,11 @@ def build() -> JSON:
     for section in (_kv_cache, _scheduler, _prefix_cache, _latency, _throughput, _advice_and_exporter):
         section(layout, q)
     return dashboard(
-        uid=UID, title="kvscope / Overview",
+        uid=UID,
+        title="kvscope / Overview",
         description="KV-cache pressure, preemption, prefix reuse, latency and live advice for "
-                    "paged LLM servers, on the kvscope exporter's canonical metrics.",
-        tags=["kvscope", "llm", "kv-cache"], layout=layout, variables=_variables())
+        "paged LLM servers, on the kvscope exporter's canonical metrics.",
+        tags=["kvscope", "llm", "kv-cache"],
+        layout=layout,
+        variables=_variables(),
+    )

@@ -35,9 +35,16 @@ class Layout:
 
     def row(self, title: str) -> None:
         self._newline()
-        self.panels.append({"type": "row", "title": title, "collapsed": False, "panels": [],
-                            "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": self._y},
-                            "id": self._take_id()})
+        self.panels.append(
+            {
+                "type": "row",
+                "title": title,
+                "collapsed": False,
+                "panels": [],
+                "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": self._y},
+                "id": self._take_id(),
+            }
+        )
         self._y += 1
 
     def add(self, panel: JSON, w: int, h: int = 8) -> None:
@@ -56,9 +63,19 @@ def datasource_variable() -> JSON:
     File provisioning does not resolve `__inputs`/`${DS_PROMETHEUS}` placeholders (only the
     UI import does); a variable of type datasource works with every import path.
     """
-    return {"current": {}, "hide": 0, "includeAll": False, "label": "Data source",
-            "multi": False, "name": "datasource", "options": [], "query": "prometheus",
-            "refresh": 1, "regex": "", "type": "datasource"}
+    return {
+        "current": {},
+        "hide": 0,
+        "includeAll": False,
+        "label": "Data source",
+        "multi": False,
+        "name": "datasource",
+        "options": [],
+        "query": "prometheus",
+        "refresh": 1,
+        "regex": "",
+        "type": "datasource",
+    }
 
 
 def label_variable(name: str, label: str, metric: str, selector: str = "") -> JSON:
@@ -70,29 +87,61 @@ def label_variable(name: str, label: str, metric: str, selector: str = "") -> JS
     """
     source = f"{metric}{{{selector}}}" if selector else metric
     expr = f"label_values({source}, {label})"
-    return {"allValue": ".*", "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-            "datasource": DATASOURCE, "definition": expr, "hide": 0, "includeAll": True,
-            "label": name.capitalize().replace("_", " "), "multi": True, "name": name,
-            "options": [], "query": expr, "refresh": 2, "regex": "", "sort": 1, "type": "query"}
+    return {
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "datasource": DATASOURCE,
+        "definition": expr,
+        "hide": 0,
+        "includeAll": True,
+        "label": name.capitalize().replace("_", " "),
+        "multi": True,
+        "name": name,
+        "options": [],
+        "query": expr,
+        "refresh": 2,
+        "regex": "",
+        "sort": 1,
+        "type": "query",
+    }
 
 
-def dashboard(*, uid: str, title: str, description: str, tags: list[str], layout: Layout,
-              variables: list[JSON]) -> JSON:
+def dashboard(
+    *, uid: str, title: str, description: str, tags: list[str], layout: Layout, variables: list[JSON]
+) -> JSON:
     """The dashboard model itself (no `{"dashboard": ...}` wrapper): what file provisioning
     reads and what `POST /api/dashboards/db` takes under its `dashboard` key. `id` is None
     so the same JSON creates or updates; the stable `uid` is what matches it on update."""
     return {
-        "annotations": {"list": [{
-            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-            "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-            "name": "Annotations & Alerts", "type": "dashboard"}]},
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
         "description": description,
         "editable": True,
         "graphTooltip": 1,
         "id": None,
-        "links": [{"asDropdown": False, "icon": "external link", "includeVars": False,
-                   "keepTime": True, "tags": ["kvscope"], "targetBlank": False,
-                   "title": "kvscope dashboards", "type": "dashboards"}],
+        "links": [
+            {
+                "asDropdown": False,
+                "icon": "external link",
+                "includeVars": False,
+                "keepTime": True,
+                "tags": ["kvscope"],
+                "targetBlank": False,
+                "title": "kvscope dashboards",
+                "type": "dashboards",
+            }
+        ],
         "panels": layout.panels,
         "refresh": "10s",
         "schemaVersion": SCHEMA_VERSION,

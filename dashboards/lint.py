@@ -19,7 +19,9 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-COUNTER_LIKE = re.compile(r"(?<![\w:])([A-Za-z_:][\w:]*_(?:total|bucket|sum|count))(?![\w:])(\{[^}]*\})?(\[[^\]]+\])?")
+COUNTER_LIKE = re.compile(
+    r"(?<![\w:])([A-Za-z_:][\w:]*_(?:total|bucket|sum|count))(?![\w:])(\{[^}]*\})?(\[[^\]]+\])?"
+)
 QUANTILE = re.compile(r"histogram_quantile\(\s*([^,]+),\s*(.{0,40})")
 IDENTIFIER = re.compile(r"(?<![\w:.$])([A-Za-z_:][\w:]*)(?![\w:])(?!\s*\()")
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan"}
@@ -39,9 +41,11 @@ def counter_problems(expr: str) -> list[str]:
 
 def quantile_problems(expr: str) -> list[str]:
     """`histogram_quantile` calls whose second argument is not `sum by (le, ...)`."""
-    return [f"histogram_quantile without sum by (le, ...): {expr}"
-            for _q, rest in QUANTILE.findall(expr)
-            if not re.match(r"sum\s+by\s*\(\s*le\b", rest)]
+    return [
+        f"histogram_quantile without sum by (le, ...): {expr}"
+        for _q, rest in QUANTILE.findall(expr)
+        if not re.match(r"sum\s+by\s*\(\s*le\b", rest)
+    ]
 
 
 def metric_names(expr: str) -> set[str]:
@@ -86,5 +90,7 @@ def datasource_problems(dashboard: dict) -> list[str]:
             if value.get("uid") not in ALLOWED_DATASOURCE_UIDS:
                 problems.append(f"{path}: fixed datasource uid {value.get('uid')!r}")
         else:
-            problems.append(f"{path}: datasource must be a {{type, uid: ${{datasource}}}} reference, got {value!r}")
+            problems.append(
+                f"{path}: datasource must be a {{type, uid: ${{datasource}}}} reference, got {value!r}"
+            )
     return problems

@@ -47,27 +47,45 @@ PREEMPTION_SHARE = thresholds(("green", None), ("orange", 0.01), ("red", 0.05))
 
 def value_mappings(texts: dict[str, tuple[str, str]]) -> list[JSON]:
     """Map raw values to display text and colour: {value: (text, colour)}."""
-    options = {value: {"color": color, "index": i, "text": text}
-               for i, (value, (text, color)) in enumerate(texts.items())}
+    options = {
+        value: {"color": color, "index": i, "text": text}
+        for i, (value, (text, color)) in enumerate(texts.items())
+    }
     return [{"type": "value", "options": options}]
 
 
 def _panel(kind: str, title: str, description: str, targets: list[JSON]) -> JSON:
     for i, target in enumerate(targets):
         target["refId"] = chr(ord("A") + i)
-    return {"type": kind, "title": title, "description": description,
-            "datasource": DATASOURCE, "targets": targets}
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "targets": targets,
+    }
 
 
 def _color_overrides(colors: dict[str, str]) -> list[JSON]:
-    return [{"matcher": {"id": "byName", "options": name},
-             "properties": [{"id": "color", "value": {"fixedColor": color, "mode": "fixed"}}]}
-            for name, color in colors.items()]
+    return [
+        {
+            "matcher": {"id": "byName", "options": name},
+            "properties": [{"id": "color", "value": {"fixedColor": color, "mode": "fixed"}}],
+        }
+        for name, color in colors.items()
+    ]
 
 
-def timeseries(title: str, description: str, targets: list[JSON], *, unit: str = "short",
-               max_value: float | None = None, steps: JSON | None = None,
-               colors: dict[str, str] | None = None) -> JSON:
+def timeseries(
+    title: str,
+    description: str,
+    targets: list[JSON],
+    *,
+    unit: str = "short",
+    max_value: float | None = None,
+    steps: JSON | None = None,
+    colors: dict[str, str] | None = None,
+) -> JSON:
     """A time series panel; with `steps` the thresholds are drawn as dashed lines."""
     custom: JSON = {"fillOpacity": 10, "lineWidth": 1, "showPoints": "never"}
     if steps is not None:
@@ -86,12 +104,23 @@ def timeseries(title: str, description: str, targets: list[JSON], *, unit: str =
     return panel
 
 
-def stat(title: str, description: str, targets: list[JSON], *, unit: str = "short",
-         steps: JSON = NEUTRAL, mappings: list[JSON] | None = None,
-         max_value: float | None = None) -> JSON:
+def stat(
+    title: str,
+    description: str,
+    targets: list[JSON],
+    *,
+    unit: str = "short",
+    steps: JSON = NEUTRAL,
+    mappings: list[JSON] | None = None,
+    max_value: float | None = None,
+) -> JSON:
     """A stat tile with the latest value; thresholds colour the background when judged."""
-    defaults: JSON = {"color": {"mode": "thresholds"}, "thresholds": steps, "unit": unit,
-                      "mappings": mappings or []}
+    defaults: JSON = {
+        "color": {"mode": "thresholds"},
+        "thresholds": steps,
+        "unit": unit,
+        "mappings": mappings or [],
+    }
     if max_value is not None:
         defaults["max"] = max_value
     panel = _panel("stat", title, description, targets)
@@ -107,13 +136,23 @@ def stat(title: str, description: str, targets: list[JSON], *, unit: str = "shor
     return panel
 
 
-def table(title: str, description: str, targets: list[JSON], *, hide: tuple[str, ...] = ("Time",),
-          rename: dict[str, str] | None = None, transformations: list[JSON] | None = None,
-          overrides: list[JSON] | None = None, no_value: str = "") -> JSON:
+def table(
+    title: str,
+    description: str,
+    targets: list[JSON],
+    *,
+    hide: tuple[str, ...] = ("Time",),
+    rename: dict[str, str] | None = None,
+    transformations: list[JSON] | None = None,
+    overrides: list[JSON] | None = None,
+    no_value: str = "",
+) -> JSON:
     """A table of instant-query results; label columns shown, `hide` columns dropped."""
     panel = _panel("table", title, description, targets)
-    organize = {"id": "organize", "options": {
-        "excludeByName": {name: True for name in hide}, "renameByName": rename or {}}}
+    organize = {
+        "id": "organize",
+        "options": {"excludeByName": {name: True for name in hide}, "renameByName": rename or {}},
+    }
     panel["transformations"] = [*(transformations or []), organize]
     defaults: JSON = {"custom": {"align": "auto", "cellOptions": {"type": "auto"}}}
     if no_value:
@@ -125,9 +164,13 @@ def table(title: str, description: str, targets: list[JSON], *, hide: tuple[str,
 
 def field_mappings(field: str, texts: dict[str, tuple[str, str]]) -> JSON:
     """An override that maps one table column's values to text and colour."""
-    return {"matcher": {"id": "byName", "options": field},
-            "properties": [{"id": "mappings", "value": value_mappings(texts)},
-                           {"id": "custom.cellOptions", "value": {"type": "color-text"}}]}
+    return {
+        "matcher": {"id": "byName", "options": field},
+        "properties": [
+            {"id": "mappings", "value": value_mappings(texts)},
+            {"id": "custom.cellOptions", "value": {"type": "color-text"}},
+        ],
+    }
 
 
 def latency(title: str, description: str, quantile_exprs: dict[str, str], legend: str) -> JSON:

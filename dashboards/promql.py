@@ -51,18 +51,20 @@ class Promql:
     def rate(self, counter: str, extra: str = "", window: str = RATE_INTERVAL) -> str:
         return f"rate({self.sel(counter, extra)}[{window}])"
 
-    def sum_rate(self, counter: str, extra: str = "", by: str | None = None,
-                 window: str = RATE_INTERVAL) -> str:
+    def sum_rate(
+        self, counter: str, extra: str = "", by: str | None = None, window: str = RATE_INTERVAL
+    ) -> str:
         return f"sum{self._by(by)} ({self.rate(counter, extra, window)})"
 
-    def ratio(self, numerator: str, denominator: str, by: str | None = None,
-              window: str = RATE_INTERVAL) -> str:
+    def ratio(
+        self, numerator: str, denominator: str, by: str | None = None, window: str = RATE_INTERVAL
+    ) -> str:
         """Ratio of two counters' rates over the same window (never of lifetime totals)."""
-        return divide(self.sum_rate(numerator, by=by, window=window),
-                      self.sum_rate(denominator, by=by, window=window))
+        return divide(
+            self.sum_rate(numerator, by=by, window=window), self.sum_rate(denominator, by=by, window=window)
+        )
 
-    def quantile(self, q: float, histogram: str, by: str | None = None,
-                 window: str = RATE_INTERVAL) -> str:
+    def quantile(self, q: float, histogram: str, by: str | None = None, window: str = RATE_INTERVAL) -> str:
         """`histogram_quantile(q, sum by (le, <by>) (rate(<histogram>_bucket[w])))`."""
         labels = self.by if by is None else by
         keep = f"le, {labels}" if labels else "le"

@@ -38,25 +38,38 @@ def _clean(x: Any) -> Any:
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(_clean(data), allow_nan=False), status=status,
-                        content_type="application/json")
+    return web.Response(
+        text=json.dumps(_clean(data), allow_nan=False), status=status, content_type="application/json"
+    )
 
 
 def target_view(st: TargetState) -> dict[str, Any]:
     latest = st.series.latest()
     return {
-        "name": st.target.name, "url": st.target.url, "up": st.up, "scrapes": st.scrapes,
-        "last_scrape": latest.t if latest else None, "last_duration_seconds": st.last_duration,
-        "last_reason": latest.reason if latest else None, "last_detail": st.last_detail,
-        "errors": {k: v for k, v in st.errors.items() if v}, "dialect": st.dialect, "variant": st.variant,
-        "notes": st.notes, "parse": st.parse_stats,
+        "name": st.target.name,
+        "url": st.target.url,
+        "up": st.up,
+        "scrapes": st.scrapes,
+        "last_scrape": latest.t if latest else None,
+        "last_duration_seconds": st.last_duration,
+        "last_reason": latest.reason if latest else None,
+        "last_detail": st.last_detail,
+        "errors": {k: v for k, v in st.errors.items() if v},
+        "dialect": st.dialect,
+        "variant": st.variant,
+        "notes": st.notes,
+        "parse": st.parse_stats,
         "instances": [{"model": k[0], "instance": k[1], **d.to_dict()} for k, d in st.derived.items()],
     }
 
 
 def point_view(p: Point) -> dict[str, Any]:
-    return {"t": p.t, "up": p.up, "reason": p.reason,
-            "instances": [s.to_dict() for s in p.instances.values()]}
+    return {
+        "t": p.t,
+        "up": p.up,
+        "reason": p.reason,
+        "instances": [s.to_dict() for s in p.instances.values()],
+    }
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -89,12 +102,22 @@ async def samples(request: web.Request) -> web.Response:
     if name is not None:
         st = exporter.state(name)
         if st is None:
-            return _json({"error": f"unknown target {name!r}",
-                          "targets": [s.target.name for s in states]}, 404)
+            return _json(
+                {"error": f"unknown target {name!r}", "targets": [s.target.name for s in states]}, 404
+            )
         states = [st]
-    return _json({"targets": [{"target": st.target.name, "dialect": st.dialect,
-                               "samples": [point_view(p) for p in st.series.since(since)]}
-                              for st in states]})
+    return _json(
+        {
+            "targets": [
+                {
+                    "target": st.target.name,
+                    "dialect": st.dialect,
+                    "samples": [point_view(p) for p in st.series.since(since)],
+                }
+                for st in states
+            ]
+        }
+    )
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -57,41 +57,92 @@ def listen_address(text: str) -> tuple[str, int]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "exporter", help="scrape LLM servers' /metrics and re-export canonical kvscope_* metrics",
+        "exporter",
+        help="scrape LLM servers' /metrics and re-export canonical kvscope_* metrics",
         description="Scrape one or more paged LLM servers (vLLM, SGLang, TensorRT-LLM, TGI, llama.cpp, "
-                    "LMDeploy, the bundled reference engine), recognise each one's metric dialect, and "
-                    "re-export KV usage, capacity, prefix-cache reuse, preemptions, queueing and latency "
-                    "histograms under one set of names, with live advice.",
-        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", action="append", default=[], metavar="[NAME=]URL",
-                   help="a server's metrics URL (http or https; a bare host:port URL gets /metrics). "
-                        "NAME becomes the `target` label (default: host:port). Repeat for several servers.")
-    p.add_argument("--listen", type=listen_address, default=("127.0.0.1", 9400), metavar="HOST:PORT",
-                   help="where to serve /metrics and the JSON API (default 127.0.0.1:9400, loopback only)")
-    p.add_argument("--interval", type=duration, default=1.0, metavar="DURATION",
-                   help="scrape every DURATION, e.g. 1s, 500ms (default 1s)")
-    p.add_argument("--timeout", type=duration, default=None, metavar="DURATION",
-                   help="per-scrape time limit including a slow body (default 0.9 x interval)")
-    p.add_argument("--dialect", choices=DIALECT_CHOICES, default="auto",
-                   help="force the engine dialect instead of detecting it from metric names (default auto)")
-    p.add_argument("--window", type=duration, default=60.0, metavar="DURATION",
-                   help="window for the hit ratio, preemption rate and live advice (default 60s)")
-    p.add_argument("--max-body", type=size, default=10 << 20, metavar="SIZE",
-                   help="refuse expositions larger than SIZE after decompression (default 10MiB)")
-    p.add_argument("--record", type=Path, default=None, metavar="DIR",
-                   help="append every normalised sample to DIR/<target>.jsonl (one JSON object a line)")
+        "LMDeploy, the bundled reference engine), recognise each one's metric dialect, and "
+        "re-export KV usage, capacity, prefix-cache reuse, preemptions, queueing and latency "
+        "histograms under one set of names, with live advice.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="[NAME=]URL",
+        help="a server's metrics URL (http or https; a bare host:port URL gets /metrics). "
+        "NAME becomes the `target` label (default: host:port). Repeat for several servers.",
+    )
+    p.add_argument(
+        "--listen",
+        type=listen_address,
+        default=("127.0.0.1", 9400),
+        metavar="HOST:PORT",
+        help="where to serve /metrics and the JSON API (default 127.0.0.1:9400, loopback only)",
+    )
+    p.add_argument(
+        "--interval",
+        type=duration,
+        default=1.0,
+        metavar="DURATION",
+        help="scrape every DURATION, e.g. 1s, 500ms (default 1s)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="per-scrape time limit including a slow body (default 0.9 x interval)",
+    )
+    p.add_argument(
+        "--dialect",
+        choices=DIALECT_CHOICES,
+        default="auto",
+        help="force the engine dialect instead of detecting it from metric names (default auto)",
+    )
+    p.add_argument(
+        "--window",
+        type=duration,
+        default=60.0,
+        metavar="DURATION",
+        help="window for the hit ratio, preemption rate and live advice (default 60s)",
+    )
+    p.add_argument(
+        "--max-body",
+        type=size,
+        default=10 << 20,
+        metavar="SIZE",
+        help="refuse expositions larger than SIZE after decompression (default 10MiB)",
+    )
+    p.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="append every normalised sample to DIR/<target>.jsonl (one JSON object a line)",
+    )
     p.set_defaults(func=run_exporter)
     sub = p.add_subparsers(dest="exporter_command", metavar="SUBCOMMAND")
     ip = sub.add_parser(
-        "inspect", help="read one exposition and print its dialect and canonical quantities",
+        "inspect",
+        help="read one exposition and print its dialect and canonical quantities",
         description="Read one exposition (a file, - for stdin, or an http(s) URL), detect its dialect and "
-                    "print every canonical quantity per engine instance; null means the engine does not "
-                    "report it. Notes say what was approximated or missing.")
-    ip.add_argument("source", metavar="FILE_OR_URL", help="path, '-' for stdin, or http(s)://host:port/metrics")
+        "print every canonical quantity per engine instance; null means the engine does not "
+        "report it. Notes say what was approximated or missing.",
+    )
+    ip.add_argument(
+        "source", metavar="FILE_OR_URL", help="path, '-' for stdin, or http(s)://host:port/metrics"
+    )
     ip.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ip.add_argument("--dialect", choices=DIALECT_CHOICES, default="auto", help="force the dialect")
-    ip.add_argument("--timeout", type=duration, default=10.0, metavar="DURATION",
-                    help="time limit when SOURCE is a URL (default 10s)")
+    ip.add_argument(
+        "--timeout",
+        type=duration,
+        default=10.0,
+        metavar="DURATION",
+        help="time limit when SOURCE is a URL (default 10s)",
+    )
     ip.set_defaults(func=run_inspect)
 
 
@@ -104,5 +155,11 @@ def run_exporter(args: argparse.Namespace) -> int:
 def run_inspect(args: argparse.Namespace) -> int:
     from exporter.inspect_cmd import inspect
 
-    return inspect(args.source, as_json=args.json, dialect=args.dialect, timeout=args.timeout,
-                   out=sys.stdout, err=sys.stderr)
+    return inspect(
+        args.source,
+        as_json=args.json,
+        dialect=args.dialect,
+        timeout=args.timeout,
+        out=sys.stdout,
+        err=sys.stderr,
+    )

@@ -30,8 +30,12 @@ from exporter.dialects.sample import EngineSample
 from exporter.series import hit_ratio, preemption_rate
 
 ACTIONS: tuple[str, ...] = (
-    "quantize_kv_cache", "cut_context", "add_memory", "raise_memory_utilization",
-    "make_prefix_identical", "kv_not_bottleneck",
+    "quantize_kv_cache",
+    "cut_context",
+    "add_memory",
+    "raise_memory_utilization",
+    "make_prefix_identical",
+    "kv_not_bottleneck",
 )
 QUANTIZED_MARKERS = ("fp8", "int8", "int4", "fp4", "nvfp4", "e4m3", "e5m2")
 
@@ -99,8 +103,11 @@ def gather(window: Sequence[tuple[float, EngineSample]], th: Thresholds | None =
     )
 
 
-def diagnose(window: Sequence[tuple[float, EngineSample]], th: Thresholds | None = None,
-             expected_hit_ratio: float | None = None) -> Diagnosis:
+def diagnose(
+    window: Sequence[tuple[float, EngineSample]],
+    th: Thresholds | None = None,
+    expected_hit_ratio: float | None = None,
+) -> Diagnosis:
     """Advice for one engine instance from its window of samples (oldest first)."""
     th = th or Thresholds()
     ev = gather(window, th)
@@ -115,8 +122,10 @@ def diagnose(window: Sequence[tuple[float, EngineSample]], th: Thresholds | None
     if saturated:
         why.append(f"KV usage >= {th.saturated_usage:g} in {sat:.0%} of the window")
     if preempting:
-        why.append(f"preemptions in {ev.preempting_fraction:.0%} of scrape intervals "
-                   f"({(ev.preemption_rate or 0):.3g}/s)")
+        why.append(
+            f"preemptions in {ev.preempting_fraction:.0%} of scrape intervals "
+            f"({(ev.preemption_rate or 0):.3g}/s)"
+        )
     if why:
         pressure = "; ".join(why)
         advice["add_memory"] = True
@@ -124,26 +133,42 @@ def diagnose(window: Sequence[tuple[float, EngineSample]], th: Thresholds | None
         dtype = (ev.kv_cache_dtype or "").lower()
         if not any(m in dtype for m in QUANTIZED_MARKERS):
             advice["quantize_kv_cache"] = True
-            reasons["quantize_kv_cache"] = (f"{pressure}: an 8-bit KV cache (fp8/int8) about doubles "
-                                            f"the tokens that fit (now {ev.kv_cache_dtype or 'unknown dtype'})")
+            reasons["quantize_kv_cache"] = (
+                f"{pressure}: an 8-bit KV cache (fp8/int8) about doubles "
+                f"the tokens that fit (now {ev.kv_cache_dtype or 'unknown dtype'})"
+            )
         gmu = ev.gpu_memory_utilization
         if gmu is not None and gmu < th.memory_utilization_ceiling:
             advice["raise_memory_utilization"] = True
-            reasons["raise_memory_utilization"] = (f"{pressure}: gpu_memory_utilization is {gmu:g}; "
-                                                   f"raising it gives the KV cache more blocks")
+            reasons["raise_memory_utilization"] = (
+                f"{pressure}: gpu_memory_utilization is {gmu:g}; raising it gives the KV cache more blocks"
+            )
         if ev.mean_running is not None and ev.mean_running <= th.few_requests:
             advice["cut_context"] = True
-            reasons["cut_context"] = (f"{pressure} with only {ev.mean_running:.1f} requests running on "
-                                      "average: a few long contexts fill the cache; lower max_model_len")
-    elif (ev.waiting_fraction is not None and ev.waiting_fraction >= th.waiting_fraction
-          and ev.max_usage is not None and ev.max_usage < th.low_usage):
+            reasons["cut_context"] = (
+                f"{pressure} with only {ev.mean_running:.1f} requests running on "
+                "average: a few long contexts fill the cache; lower max_model_len"
+            )
+    elif (
+        ev.waiting_fraction is not None
+        and ev.waiting_fraction >= th.waiting_fraction
+        and ev.max_usage is not None
+        and ev.max_usage < th.low_usage
+    ):
         advice["kv_not_bottleneck"] = True
-        reasons["kv_not_bottleneck"] = (f"requests waiting in {ev.waiting_fraction:.0%} of the window while KV "
-                                        f"usage peaked at {ev.max_usage:.2f}: the limit is elsewhere "
-                                        "(max_num_seqs, token budget, compute)")
-    if expected_hit_ratio is not None and ev.hit_ratio is not None and \
-            ev.hit_ratio < th.prefix_gap * expected_hit_ratio:
+        reasons["kv_not_bottleneck"] = (
+            f"requests waiting in {ev.waiting_fraction:.0%} of the window while KV "
+            f"usage peaked at {ev.max_usage:.2f}: the limit is elsewhere "
+            "(max_num_seqs, token budget, compute)"
+        )
+    if (
+        expected_hit_ratio is not None
+        and ev.hit_ratio is not None
+        and ev.hit_ratio < th.prefix_gap * expected_hit_ratio
+    ):
         advice["make_prefix_identical"] = True
-        reasons["make_prefix_identical"] = (f"prefix hit ratio {ev.hit_ratio:.2f} vs {expected_hit_ratio:.2f} "
-                                            "possible: shared prefixes are not byte-identical")
+        reasons["make_prefix_identical"] = (
+            f"prefix hit ratio {ev.hit_ratio:.2f} vs {expected_hit_ratio:.2f} "
+            "possible: shared prefixes are not byte-identical"
+        )
     return Diagnosis(advice, reasons, ev)

@@ -87,16 +87,23 @@ def render(doc: dict[str, Any]) -> str:
         for q in QUANTITIES + ("kv_cache_dtype", "gpu_memory_utilization", "prefix_cache_unit"):
             lines.append(f"  {q:<30} {_fmt(inst.get(q))}")
         for h, hv in inst.get("histograms", {}).items():
-            lines.append(f"  {h:<30} count={_fmt(hv['count'])} sum={_fmt(hv['sum'])} "
-                         f"buckets={len(hv['bounds'])}")
+            lines.append(
+                f"  {h:<30} count={_fmt(hv['count'])} sum={_fmt(hv['sum'])} buckets={len(hv['bounds'])}"
+            )
     if doc["notes"]:
         lines.append("\nnotes:")
         lines += [f"  - {n}" for n in doc["notes"]]
     return "\n".join(lines)
 
 
-def inspect(source: str, as_json: bool = False, dialect: str = "auto", timeout: float = 10.0,
-            out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def inspect(
+    source: str,
+    as_json: bool = False,
+    dialect: str = "auto",
+    timeout: float = 10.0,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+) -> int:
     try:
         text = read_source(source, timeout)
     except SourceError as e:

@@ -34,16 +34,23 @@ class Recorder:
     def path(self, target: str) -> Path:
         return self.directory / file_name(target)
 
-    def write(self, target: str, point: Point, dialect: str | None,
-              derived: dict[tuple[str, str], dict[str, Any]]) -> None:
+    def write(
+        self, target: str, point: Point, dialect: str | None, derived: dict[tuple[str, str], dict[str, Any]]
+    ) -> None:
         f = self._files.get(target)
         if f is None:
             f = self._files[target] = open(self.path(target), "a", encoding="utf-8")  # noqa: SIM115
         if not point.up:
             f.write(json.dumps({"t": point.t, "target": target, "up": False, "reason": point.reason}) + "\n")
         for key, sample in point.instances.items():
-            row = {"t": point.t, "target": target, "up": True, "dialect": dialect, **sample.to_dict(),
-                   **derived.get(key, {})}
+            row = {
+                "t": point.t,
+                "target": target,
+                "up": True,
+                "dialect": dialect,
+                **sample.to_dict(),
+                **derived.get(key, {}),
+            }
             f.write(json.dumps(row, allow_nan=False, default=str) + "\n")
         f.flush()
 

@@ -52,9 +52,12 @@ class Derived:
     diagnosis: Diagnosis
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prefix_cache_hit_ratio": self.hit_ratio, "preemptions_per_second": self.preemption_rate,
-                "advice": {a: v for a, v in self.diagnosis.advice.items()},
-                "advice_reasons": dict(self.diagnosis.reasons)}
+        return {
+            "prefix_cache_hit_ratio": self.hit_ratio,
+            "preemptions_per_second": self.preemption_rate,
+            "advice": {a: v for a, v in self.diagnosis.advice.items()},
+            "advice_reasons": dict(self.diagnosis.reasons),
+        }
 
 
 @dataclass(slots=True)
@@ -114,15 +117,21 @@ class Exporter:
         state.series.append(point)
         state.derived = self._derive(state) if point.up else {}
         if self.recorder is not None:
-            derived = {k: {"prefix_cache_hit_ratio": d.hit_ratio, "preemptions_per_second": d.preemption_rate}
-                       for k, d in state.derived.items()}
+            derived = {
+                k: {"prefix_cache_hit_ratio": d.hit_ratio, "preemptions_per_second": d.preemption_rate}
+                for k, d in state.derived.items()
+            }
             self.recorder.write(state.target.name, point, state.dialect, derived)
         return point
 
     def _process(self, state: TargetState, text: str, t: float) -> Point:
         exp = parse_exposition(text)
-        state.parse_stats = {"samples": exp.sample_count, "malformed_lines": exp.malformed,
-                             "duplicate_series": exp.duplicates, "non_finite": exp.non_finite}
+        state.parse_stats = {
+            "samples": exp.sample_count,
+            "malformed_lines": exp.malformed,
+            "duplicate_series": exp.duplicates,
+            "non_finite": exp.non_finite,
+        }
         if exp.sample_count == 0 and exp.malformed > 0:
             state.last_detail = f"no valid sample; first bad line: {exp.first_error!r}"
             return Point(t, False, reason="not_metrics")
@@ -143,8 +152,9 @@ class Exporter:
             return out
         for key in latest.instances:
             window = state.series.window(key, self.options.window)
-            out[key] = Derived(hit_ratio(window), preemption_rate(window),
-                               diagnose(window, self.options.thresholds))
+            out[key] = Derived(
+                hit_ratio(window), preemption_rate(window), diagnose(window, self.options.thresholds)
+            )
         return out
 
     async def scrape_target(self, session: aiohttp.ClientSession, state: TargetState) -> Point:

@@ -22,8 +22,16 @@ import aiohttp
 
 # Reasons that mark a target down (nothing usable was fetched).
 DOWN_REASONS: tuple[str, ...] = (
-    "connection_refused", "dns", "timeout", "connection", "http_status", "not_metrics",
-    "too_large", "decode", "empty", "internal",
+    "connection_refused",
+    "dns",
+    "timeout",
+    "connection",
+    "http_status",
+    "not_metrics",
+    "too_large",
+    "decode",
+    "empty",
+    "internal",
 )
 # Reasons counted while the target stays up (the rest of the exposition was used).
 PARTIAL_REASONS: tuple[str, ...] = ("malformed_lines", "duplicate_series", "non_finite", "unknown_dialect")
@@ -57,11 +65,15 @@ def parse_target(spec: str) -> Target:
     if sep and "://" not in head and "/" not in head:
         name, url = head.strip(), tail.strip()
     if "://" not in url:
-        raise TargetError(f"target {spec!r}: only http and https targets are accepted; give a full URL "
-                          f"such as http://{url or 'HOST:PORT'}")
+        raise TargetError(
+            f"target {spec!r}: only http and https targets are accepted; give a full URL "
+            f"such as http://{url or 'HOST:PORT'}"
+        )
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in ("http", "https"):
-        raise TargetError(f"target {spec!r}: only http and https targets are accepted (got {parts.scheme}://)")
+        raise TargetError(
+            f"target {spec!r}: only http and https targets are accepted (got {parts.scheme}://)"
+        )
     try:
         host, _ = parts.hostname, parts.port  # .port raises on a bad port
     except ValueError as e:
@@ -119,8 +131,11 @@ def _check_content(text: str, content_type: str) -> None:
     if ctype == "text/html" or head == "<":
         raise _Fail("not_metrics", "HTML instead of metrics (wrong path, or a login/proxy page?)")
     if ctype == "application/json" or head in ("{", "["):
-        raise _Fail("not_metrics", "JSON instead of metrics (trtllm-serve serves Prometheus text at "
-                    "/prometheus/metrics; its /metrics is JSON)")
+        raise _Fail(
+            "not_metrics",
+            "JSON instead of metrics (trtllm-serve serves Prometheus text at "
+            "/prometheus/metrics; its /metrics is JSON)",
+        )
     if not text.strip():
         raise _Fail("empty", "empty body")
 
@@ -167,8 +182,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
     return "internal", f"{type(exc).__name__}: {exc}"
 
 
-async def scrape(session: aiohttp.ClientSession, target: Target, timeout: float,
-                 max_bytes: int = DEFAULT_MAX_BYTES) -> ScrapeResult:
+async def scrape(
+    session: aiohttp.ClientSession, target: Target, timeout: float, max_bytes: int = DEFAULT_MAX_BYTES
+) -> ScrapeResult:
     """Fetch `target` once within `timeout` seconds (everything included)."""
     start = time.perf_counter()
     try:

@@ -53,8 +53,14 @@ def serve(args: argparse.Namespace) -> int:
     except TargetError as e:
         print(f"kvscope exporter: {e}", file=sys.stderr)
         return 2
-    options = Options(interval=args.interval, timeout=args.timeout, max_bytes=args.max_body,
-                      dialect=args.dialect, window=args.window, record_dir=args.record)
+    options = Options(
+        interval=args.interval,
+        timeout=args.timeout,
+        max_bytes=args.max_body,
+        dialect=args.dialect,
+        window=args.window,
+        record_dir=args.record,
+    )
     host, port = args.listen
     try:
         asyncio.run(_serve(Exporter(targets, options), host, port))

@@ -22,13 +22,21 @@ import sys
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "advise", help="diagnose KV-cache pressure and advise (quantize, cut context, add memory, ...)",
+        "advise",
+        help="diagnose KV-cache pressure and advise (quantize, cut context, add memory, ...)",
         description="Diagnose a run (or a live exporter) and say what to change, with evidence; on a bundle, "
-                    "each verdict is replayed on the simulator and marked verified only when the replay confirms it.")
+        "each verdict is replayed on the simulator and marked verified only when the replay confirms it.",
+    )
     p.add_argument("bundle", nargs="?", metavar="DIR", help="a results bundle folder from `kvscope run`")
-    p.add_argument("--live", metavar="EXPORTER_URL", help="advise from a running exporter's /api/v1/samples instead")
-    p.add_argument("--window", default="5m", metavar="DURATION", help="with --live: how far back to look (default 5m)")
-    p.add_argument("--no-replay", action="store_true", help="skip the what-if replays (verdicts stay unverified)")
+    p.add_argument(
+        "--live", metavar="EXPORTER_URL", help="advise from a running exporter's /api/v1/samples instead"
+    )
+    p.add_argument(
+        "--window", default="5m", metavar="DURATION", help="with --live: how far back to look (default 5m)"
+    )
+    p.add_argument(
+        "--no-replay", action="store_true", help="skip the what-if replays (verdicts stay unverified)"
+    )
     p.add_argument("--json", action="store_true", help="print advice.json's content instead of Markdown")
     t = p.add_argument_group("the served deployment (for --target runs, or to correct run.json)")
     t.add_argument("--model", help="catalogue model, e.g. llama-3.1-8b")
@@ -69,10 +77,26 @@ def _live(args: argparse.Namespace) -> int:
         return _error(str(exc))
     results = live_advice(args.live, window)
     if args.json:
-        print(json.dumps([{"diagnosis": d.numbers() | {"target": d.target, "model": d.model, "instance": d.instance,
-                                                       "preemption_level": d.preemption_level,
-                                                       "kv_pressure": d.kv_pressure},
-                           "verdicts": [asdict(v) for v in vs]} for d, vs in results], indent=2, default=str))
+        print(
+            json.dumps(
+                [
+                    {
+                        "diagnosis": d.numbers()
+                        | {
+                            "target": d.target,
+                            "model": d.model,
+                            "instance": d.instance,
+                            "preemption_level": d.preemption_level,
+                            "kv_pressure": d.kv_pressure,
+                        },
+                        "verdicts": [asdict(v) for v in vs],
+                    }
+                    for d, vs in results
+                ],
+                indent=2,
+                default=str,
+            )
+        )
     else:
         sys.stdout.write(render_live(results))
     return 0
@@ -85,11 +109,26 @@ def _bundle(args: argparse.Namespace) -> int:
     from harness.postprocess import advise_and_report
 
     inputs = run_inputs.load(args.bundle)
-    spec = {k: getattr(args, k) for k in ("model", "gpu", "tp", "gpu_memory_utilization", "kv_cache_dtype",
-                                         "max_model_len", "max_num_seqs")}
+    spec = {
+        k: getattr(args, k)
+        for k in (
+            "model",
+            "gpu",
+            "tp",
+            "gpu_memory_utilization",
+            "kv_cache_dtype",
+            "max_model_len",
+            "max_num_seqs",
+        )
+    }
     if any(v is not None for v in spec.values()):
-        inputs = run_inputs.RunInputs(inputs.run, inputs.requests, inputs.server,
-                                      run_inputs.with_target_spec(inputs.deployment, **spec), inputs.path)
+        inputs = run_inputs.RunInputs(
+            inputs.run,
+            inputs.requests,
+            inputs.server,
+            run_inputs.with_target_spec(inputs.deployment, **spec),
+            inputs.path,
+        )
     data = advise_and_report(args.bundle, inputs, replay=not args.no_replay)
     if args.json:
         print(json.dumps(data, indent=2))
@@ -97,4 +136,3 @@ def _bundle(args: argparse.Namespace) -> int:
         sys.stdout.write(data["markdown"])
         print(f"\nwrote {Path(args.bundle) / 'advice.json'} and {Path(args.bundle) / 'report.html'}")
     return 0
-

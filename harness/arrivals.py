@@ -49,8 +49,13 @@ class ArrivalSchedule:
     concurrent users in one worker never claim the same slot.
     """
 
-    def __init__(self, offsets: Iterable[tuple[float, Any]], t0_unix: float, worker_index: int = 0,
-                 worker_count: int = 1) -> None:
+    def __init__(
+        self,
+        offsets: Iterable[tuple[float, Any]],
+        t0_unix: float,
+        worker_index: int = 0,
+        worker_count: int = 1,
+    ) -> None:
         if worker_count < 1 or not 0 <= worker_index < worker_count:
             raise ValueError(f"worker {worker_index} of {worker_count} is not a valid share")
         self._it = iter(offsets)

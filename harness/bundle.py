@@ -25,12 +25,26 @@ from exporter.dialects.sample import HISTOGRAMS, QUANTITIES
 from harness.analysis.summary import write_summary
 from harness.request_record import RequestRecord
 
-_ARROW = {"str": pa.string(), "str | None": pa.string(), "float": pa.float64(), "int": pa.int64(),
-          "int | None": pa.int64(), "bool": pa.bool_(), "list[float]": pa.list_(pa.float64()),
-          "list[int]": pa.list_(pa.int64())}
+_ARROW = {
+    "str": pa.string(),
+    "str | None": pa.string(),
+    "float": pa.float64(),
+    "int": pa.int64(),
+    "int | None": pa.int64(),
+    "bool": pa.bool_(),
+    "list[float]": pa.list_(pa.float64()),
+    "list[int]": pa.list_(pa.int64()),
+}
 REQUEST_SCHEMA = pa.schema([(f.name, _ARROW[str(f.type)]) for f in fields(RequestRecord)])
-SERVER_FIXED = (("time_unix", pa.float64()), ("target", pa.string()), ("up", pa.bool_()), ("dialect", pa.string()),
-                ("model", pa.string()), ("instance", pa.string()), ("reason", pa.string()))
+SERVER_FIXED = (
+    ("time_unix", pa.float64()),
+    ("target", pa.string()),
+    ("up", pa.bool_()),
+    ("dialect", pa.string()),
+    ("model", pa.string()),
+    ("instance", pa.string()),
+    ("reason", pa.string()),
+)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -56,9 +70,15 @@ def requests_table(records: list[dict]) -> pa.Table:
 
 
 def _flatten_sample(row: dict) -> dict[str, Any]:
-    out: dict[str, Any] = {"time_unix": row.get("t"), "target": row.get("target"), "up": bool(row.get("up")),
-                           "dialect": row.get("dialect"), "model": row.get("model"), "instance": row.get("instance"),
-                           "reason": row.get("reason")}
+    out: dict[str, Any] = {
+        "time_unix": row.get("t"),
+        "target": row.get("target"),
+        "up": bool(row.get("up")),
+        "dialect": row.get("dialect"),
+        "model": row.get("model"),
+        "instance": row.get("instance"),
+        "reason": row.get("reason"),
+    }
     for key, value in row.items():
         if key in ("t", "histograms", "labels") or key in out:
             continue
@@ -81,7 +101,9 @@ def server_frame(exporter_dir: Path) -> pd.DataFrame:
         if name not in df.columns:
             df[name] = pd.Series(dtype="object")
     for name in QUANTITIES:
-        df[name] = pd.to_numeric(df[name], errors="coerce") if name in df.columns else pd.Series(dtype="float64")
+        df[name] = (
+            pd.to_numeric(df[name], errors="coerce") if name in df.columns else pd.Series(dtype="float64")
+        )
     return df.sort_values("time_unix", kind="stable").reset_index(drop=True) if len(df) else df
 
 
@@ -109,7 +131,9 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(_json_safe(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
-def write_bundle(out: Path, run_info: dict[str, Any], records_path: Path, exporter_dir: Path) -> dict[str, Any]:
+def write_bundle(
+    out: Path, run_info: dict[str, Any], records_path: Path, exporter_dir: Path
+) -> dict[str, Any]:
     """Write the four bundle files into `out`; returns the summary."""
     table = requests_table(read_jsonl(records_path))
     pq.write_table(table, out / "requests.parquet")

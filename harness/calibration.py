@@ -18,7 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PROBE_WORDS: tuple[int, int] = (16, 112)
-PROBE_SEEDS: tuple[int, int] = (7_000_001, 7_000_002)  # unrelated to workload seeds: no accidental prefix hits
+PROBE_SEEDS: tuple[int, int] = (
+    7_000_001,
+    7_000_002,
+)  # unrelated to workload seeds: no accidental prefix hits
 
 
 @dataclass(frozen=True, slots=True)

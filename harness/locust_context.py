@@ -59,12 +59,20 @@ class CommonOptions:
         d = cls()
         get = (lambda k, default: getattr(ns, k, default)) if ns is not None else (lambda k, default: default)
         return cls(
-            endpoint=get("endpoint", d.endpoint), model=get("model", d.model) or "", api_key=get("api_key", "") or "",
-            temperature=float(get("temperature", d.temperature)), ignore_eos=not get("no_ignore_eos", False),
-            seed=int(get("seed", d.seed)), rate=float(get("rate", d.rate) or 0.0), arrival=get("arrival", d.arrival),
-            think_time=float(get("think_time", d.think_time)), request_timeout=float(get("request_timeout", d.request_timeout)),
-            drain_timeout=float(get("drain_timeout", d.drain_timeout)), calibrate=not get("no_calibrate", False),
-            records_out=get("records_out", "") or "", status_out=get("status_out", "") or "",
+            endpoint=get("endpoint", d.endpoint),
+            model=get("model", d.model) or "",
+            api_key=get("api_key", "") or "",
+            temperature=float(get("temperature", d.temperature)),
+            ignore_eos=not get("no_ignore_eos", False),
+            seed=int(get("seed", d.seed)),
+            rate=float(get("rate", d.rate) or 0.0),
+            arrival=get("arrival", d.arrival),
+            think_time=float(get("think_time", d.think_time)),
+            request_timeout=float(get("request_timeout", d.request_timeout)),
+            drain_timeout=float(get("drain_timeout", d.drain_timeout)),
+            calibrate=not get("no_calibrate", False),
+            records_out=get("records_out", "") or "",
+            status_out=get("status_out", "") or "",
         )
 
 
@@ -116,7 +124,9 @@ class RunContext:
 def context(environment: Any) -> RunContext:
     ctx = getattr(environment, "kvscope", None)
     if ctx is None:
-        raise RuntimeError("kvscope's Locust hooks are not installed (import harness.locust_user in the locustfile)")
+        raise RuntimeError(
+            "kvscope's Locust hooks are not installed (import harness.locust_user in the locustfile)"
+        )
     return ctx
 
 
@@ -134,8 +144,11 @@ def drain_local(ctx: RunContext) -> None:
     if not ctx.draining:
         ctx.draining = True
         if not wait_until(lambda: ctx.in_flight == 0, ctx.opts.drain_timeout):
-            log.warning("%d request(s) still in flight after --drain-timeout %.0fs; they are recorded as aborted",
-                        ctx.in_flight, ctx.opts.drain_timeout)
+            log.warning(
+                "%d request(s) still in flight after --drain-timeout %.0fs; they are recorded as aborted",
+                ctx.in_flight,
+                ctx.opts.drain_timeout,
+            )
     if ctx.sender is not None:
         ctx.sender.flush()
 
@@ -197,11 +210,17 @@ def _on_test_start(environment: Any, **_: Any) -> None:
         environment.stop_timeout = opts.drain_timeout
     if ctx.role == "worker":
         ctx.t0_unix = float(getattr(parsed, "kvscope_t0", 0.0) or time.time() + SCHEDULE_LEAD_S)
-        ctx.worker_count = int(getattr(parsed, "kvscope_worker_count", 0) or getattr(parsed, "expect_workers", 1) or 1)
+        ctx.worker_count = int(
+            getattr(parsed, "kvscope_worker_count", 0) or getattr(parsed, "expect_workers", 1) or 1
+        )
         index = max(0, getattr(environment.runner, "worker_index", 0))
         if index >= ctx.worker_count:
-            log.warning("worker index %d >= %d workers at start: its arrivals duplicate worker %d's",
-                        index, ctx.worker_count, index % ctx.worker_count)
+            log.warning(
+                "worker index %d >= %d workers at start: its arrivals duplicate worker %d's",
+                index,
+                ctx.worker_count,
+                index % ctx.worker_count,
+            )
         ctx.worker_index = index % ctx.worker_count
     else:
         ctx.t0_unix = time.time() + SCHEDULE_LEAD_S
@@ -219,8 +238,10 @@ def _on_test_stopping(environment: Any, **_: Any) -> None:
     expected = {c.id for c in runner.clients.all}
     runner.send_message(DRAIN_MSG, {"drain_timeout": ctx.opts.drain_timeout})
     if not wait_until(lambda: expected <= ctx.collector.drained, ctx.opts.drain_timeout + 10.0):
-        log.warning("workers %s did not confirm the drain; their last records may be missing",
-                    sorted(expected - ctx.collector.drained))
+        log.warning(
+            "workers %s did not confirm the drain; their last records may be missing",
+            sorted(expected - ctx.collector.drained),
+        )
 
 
 def _status_loop(ctx: RunContext) -> None:
@@ -231,12 +252,18 @@ def _status_loop(ctx: RunContext) -> None:
             continue
         runner = ctx.environment.runner
         try:
-            write_status(path, {
-                "t": time.time(), "state": runner.state, "user_count": runner.user_count,
-                "worker_count": getattr(runner, "worker_count", 1), "draining": ctx.draining,
-                "records": ctx.collector.total if ctx.collector else 0,
-                "per_worker": dict(ctx.collector.per_worker) if ctx.collector else {},
-            })
+            write_status(
+                path,
+                {
+                    "t": time.time(),
+                    "state": runner.state,
+                    "user_count": runner.user_count,
+                    "worker_count": getattr(runner, "worker_count", 1),
+                    "draining": ctx.draining,
+                    "records": ctx.collector.total if ctx.collector else 0,
+                    "per_worker": dict(ctx.collector.per_worker) if ctx.collector else {},
+                },
+            )
         except OSError:
             log.exception("could not write the status file %s", path)
 

@@ -74,8 +74,11 @@ class LLMUser(FastHttpUser):
         self.ctx: RunContext = ctx
         ctx.users_started += 1
         self.rng = random.Random(f"{ctx.opts.seed}:{ctx.worker_index}:{ctx.users_started}")
-        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                         "Accept-Encoding": "identity"}
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "Accept-Encoding": "identity",
+        }
         if ctx.opts.api_key:
             self._headers["Authorization"] = f"Bearer {ctx.opts.api_key}"
 
@@ -101,7 +104,9 @@ class LLMUser(FastHttpUser):
         room = max(2, (limit or 0) - CONTEXT_MARGIN_TOKENS)
         if not limit or prompt_tokens + output_tokens <= room:
             return prompt_tokens, output_tokens
-        output_tokens = max(1, min(output_tokens, room - prompt_tokens if prompt_tokens < room else room // 4))
+        output_tokens = max(
+            1, min(output_tokens, room - prompt_tokens if prompt_tokens < room else room // 4)
+        )
         return max(1, min(prompt_tokens, room - output_tokens)), output_tokens
 
     @property
@@ -169,8 +174,11 @@ class LLMUser(FastHttpUser):
         points = []
         for words, seed in zip(PROBE_WORDS, PROBE_SEEDS):
             text = seeded_text(seed, words)
-            spec = (RequestSpec(prompt="Hi", system=text, max_tokens=1, phase="calibration") if self.probe_in_system
-                    else RequestSpec(prompt=text, max_tokens=1, phase="calibration"))
+            spec = (
+                RequestSpec(prompt="Hi", system=text, max_tokens=1, phase="calibration")
+                if self.probe_in_system
+                else RequestSpec(prompt=text, max_tokens=1, phase="calibration")
+            )
             rec = self.send(spec)
             if rec.ok and rec.prompt_tokens:
                 points.append((words, rec.prompt_tokens))
@@ -181,13 +189,23 @@ class LLMUser(FastHttpUser):
     def send(self, spec: RequestSpec, slot: Slot | None = None) -> RequestRecord:
         ctx, o = self.ctx, self.ctx.opts
         model = ctx.server.model if ctx.server else (o.model or "default")
-        request_body = body(spec, o.endpoint, model, o.temperature, o.ignore_eos, seed=self.rng.randrange(1 << 31))
+        request_body = body(
+            spec, o.endpoint, model, o.temperature, o.ignore_eos, seed=self.rng.randrange(1 << 31)
+        )
         payload = json.dumps(request_body).encode()
         rec = RequestRecord(
-            request_id=ctx.next_request_id(), worker_id=ctx.worker_id, workload=self.workload,
-            endpoint=o.endpoint, send_time_unix=0.0, target_prompt_tokens=spec.target_prompt_tokens,
-            target_output_tokens=spec.target_output_tokens, phase=spec.phase, n=spec.n, prefix_id=spec.prefix_id,
-            **record_columns(request_body))
+            request_id=ctx.next_request_id(),
+            worker_id=ctx.worker_id,
+            workload=self.workload,
+            endpoint=o.endpoint,
+            send_time_unix=0.0,
+            target_prompt_tokens=spec.target_prompt_tokens,
+            target_output_tokens=spec.target_output_tokens,
+            phase=spec.phase,
+            n=spec.n,
+            prefix_id=spec.prefix_id,
+            **record_columns(request_body),
+        )
         ctx.in_flight += 1
         try:
             self._stream(payload, rec, slot)
@@ -211,8 +229,9 @@ class LLMUser(FastHttpUser):
         if slot is not None:
             rec.scheduled_time_unix = slot.scheduled_unix
             rec.schedule_lag_s = rec.send_time_unix - slot.scheduled_unix
-        resp = self.client.request("POST", PATHS[rec.endpoint], data=payload, headers=self._headers,
-                                   stream=True, catch_response=True)
+        resp = self.client.request(
+            "POST", PATHS[rec.endpoint], data=payload, headers=self._headers, stream=True, catch_response=True
+        )
         rec.status_code = status = resp.status_code or 0
         if status == 0:
             error = getattr(resp, "error", None) or ConnectionError("no response")
@@ -237,14 +256,32 @@ class LLMUser(FastHttpUser):
         e2e_ms = (rec.e2e_s if rec.e2e_s == rec.e2e_s else 0.0) * 1000.0
         if rec.ok:
             if rec.ttft_s == rec.ttft_s and rec.phase == "measure":  # not NaN
-                fire(request_type="LLM", name=f"TTFT {name}", response_time=rec.ttft_s * 1000.0,
-                     response_length=0, exception=None, context={})
-            fire(request_type="LLM", name=f"E2E {name}", response_time=e2e_ms,
-                 response_length=rec.output_tokens or 0, exception=None, context={})
+                fire(
+                    request_type="LLM",
+                    name=f"TTFT {name}",
+                    response_time=rec.ttft_s * 1000.0,
+                    response_length=0,
+                    exception=None,
+                    context={},
+                )
+            fire(
+                request_type="LLM",
+                name=f"E2E {name}",
+                response_time=e2e_ms,
+                response_length=rec.output_tokens or 0,
+                exception=None,
+                context={},
+            )
         else:
             label = rec.error_class if not rec.status_code else f"{rec.error_class} ({rec.status_code})"
-            fire(request_type="LLM", name=f"E2E {name}", response_time=e2e_ms, response_length=0,
-                 exception=LLMRequestError(label), context={})
+            fire(
+                request_type="LLM",
+                name=f"E2E {name}",
+                response_time=e2e_ms,
+                response_length=0,
+                exception=LLMRequestError(label),
+                context={},
+            )
         if self.ctx.sender is not None:
             self.ctx.sender.add(rec.to_dict())
 

@@ -73,13 +73,21 @@ class Child:
             return ""
 
 
-def start(name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | None = None,
-          cwd: str | None = None) -> Child:
+def start(
+    name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | None = None, cwd: str | None = None
+) -> Child:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     log = open(log_path, "ab")  # noqa: SIM115 (closed by Child.stop)
-    popen = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True, env=env, cwd=cwd)
+    popen = subprocess.Popen(
+        list(argv),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+    )
     return Child(name, list(argv), popen, log_path, log)
 
 
@@ -95,7 +103,9 @@ def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
         return 0, str(reason).encode()
 
 
-def wait_http(url: str, timeout_s: float, child: Child | None = None, ok=lambda status: status == 200) -> tuple[bool, str]:
+def wait_http(
+    url: str, timeout_s: float, child: Child | None = None, ok=lambda status: status == 200
+) -> tuple[bool, str]:
     """Poll `url` until `ok(status)`, the deadline, or `child` exiting. Returns (ok, last reason)."""
     deadline = time.monotonic() + timeout_s
     reason = "not tried"

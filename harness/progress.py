@@ -93,8 +93,14 @@ class Progress:
             self.failed += not r.get("ok")
             end = (r.get("send_time_unix") or now) + (r.get("e2e_s") or 0.0)
             ttft = r.get("ttft_s")
-            self.window.append((end, ttft if r.get("ok") and isinstance(ttft, float) else math.nan,
-                                r.get("output_tokens") or 0, bool(r.get("ok"))))
+            self.window.append(
+                (
+                    end,
+                    ttft if r.get("ok") and isinstance(ttft, float) else math.nan,
+                    r.get("output_tokens") or 0,
+                    bool(r.get("ok")),
+                )
+            )
         while self.window and self.window[0][0] < now - WINDOW_S:
             self.window.popleft()
         self._update_server()
@@ -106,7 +112,13 @@ class Progress:
         oks = [w for w in self.window if w[3]]
         ttfts = [w[1] for w in oks if w[1] == w[1]]
         kv = "-" if self.kv_usage is None else f"{self.kv_usage:.0%}"
-        pre = "-" if self.preemptions_last is None else f"{self.preemptions_last - (self.preemptions_first or 0):.0f}"
-        return (f"[{now - self.started:5.0f}s] users {status.get('user_count', '-')} | {len(oks) / span:5.1f} req/s | "
-                f"{sum(w[2] for w in oks) / span:7.1f} tok/s | TTFT p50 {_ms(_pct(ttfts, 0.5))} p99 {_ms(_pct(ttfts, 0.99))}"
-                f" | KV {kv} | preempted {pre} | ok {self.ok} failed {self.failed}")
+        pre = (
+            "-"
+            if self.preemptions_last is None
+            else f"{self.preemptions_last - (self.preemptions_first or 0):.0f}"
+        )
+        return (
+            f"[{now - self.started:5.0f}s] users {status.get('user_count', '-')} | {len(oks) / span:5.1f} req/s | "
+            f"{sum(w[2] for w in oks) / span:7.1f} tok/s | TTFT p50 {_ms(_pct(ttfts, 0.5))} p99 {_ms(_pct(ttfts, 0.99))}"
+            f" | KV {kv} | preempted {pre} | ok {self.ok} failed {self.failed}"
+        )

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import random
 
-WORDS: tuple[str, ...] = tuple(dict.fromkeys("""
+WORDS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        """
 the of and to in is was for that with on as by at from his her they this had not are but
 one all were when there can more time who will what about said some would other into has
 her two like him see could no than first been its now people my made over did down only way
@@ -37,7 +39,9 @@ leave color red friends easy fire open table short order east top bring green so
 stand black west north rest turn free ground wind idea field plan walk road book dog fish
 horse river class power cold late happy state game music moon class rain step test bird
 ready tree star town fast field market early list power cover board price wall sign cat
-""".split()))  # dict.fromkeys: de-duplicated, order kept
+""".split()
+    )
+)  # dict.fromkeys: de-duplicated, order kept
 
 
 def words(rng: random.Random, count: int) -> list[str]:

@@ -90,8 +90,9 @@ class RecordCollector:
         worker = str(data.get("worker_id", msg.node_id))
         if self._file is not None and records:
             # NaN ("not measured") becomes null: standard JSON that any JSON-lines reader takes.
-            self._file.write("".join(json.dumps({k: None if v != v else v for k, v in r.items()}) + "\n"
-                                     for r in records))
+            self._file.write(
+                "".join(json.dumps({k: None if v != v else v for k, v in r.items()}) + "\n" for r in records)
+            )
             self._file.flush()
         self.per_worker[worker] = self.per_worker.get(worker, 0) + len(records)
         self.total += len(records)

@@ -24,17 +24,26 @@ request failed inside the client.
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "report", help="write report.md and a self-contained report.html for a results bundle or sweep",
+        "report",
+        help="write report.md and a self-contained report.html for a results bundle or sweep",
         description="Analyse a results bundle (from `kvscope run`) or a sweep folder (from `kvscope sweep`) and "
-                    "write the report: advice first, the measurement self-check, latency percentiles and CDFs, "
-                    "throughput and goodput, KV usage over time, latency by KV-usage band, before/after "
-                    "preemptions, client vs server timing, errors and request lengths.",
-        epilog=REPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "write the report: advice first, the measurement self-check, latency percentiles and CDFs, "
+        "throughput and goodput, KV usage over time, latency by KV-usage band, before/after "
+        "preemptions, client vs server timing, errors and request lengths.",
+        epilog=REPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("dir", metavar="DIR", help="results bundle or sweep folder")
-    p.add_argument("--slo", default=None, metavar="NAME=DUR,...",
-                   help="SLOs for goodput, e.g. ttft=1s,tpot=100ms (names ttft, tpot, e2e, itl; units ms or s); "
-                        "default: the run's own --slo if it recorded one")
-    p.add_argument("--summary", action="store_true", help="also (re)write DIR/summary.json from the same analysis")
+    p.add_argument(
+        "--slo",
+        default=None,
+        metavar="NAME=DUR,...",
+        help="SLOs for goodput, e.g. ttft=1s,tpot=100ms (names ttft, tpot, e2e, itl; units ms or s); "
+        "default: the run's own --slo if it recorded one",
+    )
+    p.add_argument(
+        "--summary", action="store_true", help="also (re)write DIR/summary.json from the same analysis"
+    )
     p.set_defaults(func=_report)
 
 
@@ -44,8 +53,10 @@ def _report(args: argparse.Namespace) -> int:
     d = Path(args.dir)
     is_sweep = (d / "sweep.json").exists()
     if not d.is_dir() or not (is_sweep or (d / "requests.parquet").exists()):
-        print(f"kvscope report: error: {d} is not a results bundle (no requests.parquet) or sweep (no sweep.json)",
-              file=sys.stderr)
+        print(
+            f"kvscope report: error: {d} is not a results bundle (no requests.parquet) or sweep (no sweep.json)",
+            file=sys.stderr,
+        )
         return 2
     try:
         slos = parse_slos(args.slo) if args.slo else None

@@ -28,7 +28,14 @@ from typing import Any
 # run's drain time ran out is aborted (the server counts it as an abort too). client_error
 # means the client itself raised (a kvscope bug, never the server's fault).
 ERROR_CLASSES: tuple[str, ...] = (
-    "connect_error", "timeout", "http_4xx", "http_5xx", "stream_error", "no_tokens", "aborted", "client_error",
+    "connect_error",
+    "timeout",
+    "http_4xx",
+    "http_5xx",
+    "stream_error",
+    "no_tokens",
+    "aborted",
+    "client_error",
 )
 
 NAN = math.nan

@@ -29,10 +29,21 @@ class RequestSpec:
     phase: str = "measure"
 
 
-def body(spec: RequestSpec, endpoint: str, model: str, temperature: float, ignore_eos: bool,
-         seed: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"model": model, "max_tokens": spec.max_tokens, "temperature": temperature,
-                           "stream": True, "stream_options": {"include_usage": True}}
+def body(
+    spec: RequestSpec,
+    endpoint: str,
+    model: str,
+    temperature: float,
+    ignore_eos: bool,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "model": model,
+        "max_tokens": spec.max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if endpoint == "chat":
         messages = [{"role": "system", "content": spec.system}] if spec.system else []
         out["messages"] = messages + [{"role": "user", "content": spec.prompt}]

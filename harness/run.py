@@ -56,17 +56,25 @@ class Run:
     @property
     def paths(self) -> dict[str, Path]:
         out = self.cfg.out
-        return {"logs": out / "logs", "raw": out / "raw", "records": out / "raw" / "records.jsonl",
-                "status": out / "raw" / "locust_status.json", "exporter": out / "raw" / "exporter",
-                "csv": out / "locust" / "locust"}
+        return {
+            "logs": out / "logs",
+            "raw": out / "raw",
+            "records": out / "raw" / "records.jsonl",
+            "status": out / "raw" / "locust_status.json",
+            "exporter": out / "raw" / "exporter",
+            "csv": out / "locust" / "locust",
+        }
 
     def say(self, message: str) -> None:
         print(f"kvscope run: {message}", file=sys.stderr, flush=True)
 
     def on_sigint(self, signum: int, frame: Any) -> None:
         self.interrupts += 1
-        self.say("interrupted: stopping the load test and writing the bundle (Ctrl-C again to stop at once)"
-                 if self.interrupts == 1 else "stopping at once")
+        self.say(
+            "interrupted: stopping the load test and writing the bundle (Ctrl-C again to stop at once)"
+            if self.interrupts == 1
+            else "stopping at once"
+        )
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -115,12 +123,18 @@ def start_target(run: Run) -> None:
     port = procs.free_port()
     run.say(f"starting the bundled engine ({cfg.model or 'its default model'}) on 127.0.0.1:{port}")
     child = run.children["engine"] = procs.start("engine", engine_argv(cfg, port), run.paths["logs"])
-    ok, reason = procs.wait_http(f"http://127.0.0.1:{port}/health", cfg.startup_timeout_s, child,
-                                 ok=lambda s: s == 200 or run.interrupts > 0)
+    ok, reason = procs.wait_http(
+        f"http://127.0.0.1:{port}/health",
+        cfg.startup_timeout_s,
+        child,
+        ok=lambda s: s == 200 or run.interrupts > 0,
+    )
     if run.interrupts:
         raise RunFailed("interrupted while the engine was starting", code=130)
     if not ok:
-        raise RunFailed(f"the engine did not become healthy ({reason}); last lines of its log:\n{child.log_tail()}")
+        raise RunFailed(
+            f"the engine did not become healthy ({reason}); last lines of its log:\n{child.log_tail()}"
+        )
     run.target_url = f"http://127.0.0.1:{port}"
 
 
@@ -140,7 +154,8 @@ def start_exporter(run: Run) -> None:
     `check_exporter` confirms it from the watch loop."""
     port = procs.free_port()
     run.children["exporter"] = procs.start(
-        "exporter", exporter_argv(run.cfg, run.target_url, port, run.paths["exporter"]), run.paths["logs"])
+        "exporter", exporter_argv(run.cfg, run.target_url, port, run.paths["exporter"]), run.paths["logs"]
+    )
     run.exporter_url = f"http://127.0.0.1:{port}"
 
 
@@ -153,22 +168,31 @@ def check_exporter(run: Run, deadline: float) -> None:
         run.exporter_ok = True
     elif not child.running or time.monotonic() > deadline:
         run.exporter_ok = False
-        run.notes.append("the exporter did not come up; server.parquet has no samples (see logs/exporter.log)")
+        run.notes.append(
+            "the exporter did not come up; server.parquet has no samples (see logs/exporter.log)"
+        )
         run.say(f"warning: {run.notes[-1]}\n{child.log_tail(5)}")
 
 
 def start_locust(run: Run) -> None:
     cfg, paths = run.cfg, run.paths
-    run.master_port = cfg.master_port or procs.free_port(cfg.master_host if cfg.master_host != "0.0.0.0" else "127.0.0.1")
+    run.master_port = cfg.master_port or procs.free_port(
+        cfg.master_host if cfg.master_host != "0.0.0.0" else "127.0.0.1"
+    )
     argv = master_argv(cfg, run.target_url, run.master_port, paths["records"], paths["status"], paths["csv"])
     run.children["master"] = procs.start("locust-master", argv, paths["logs"])
     for i in range(cfg.workers):
-        run.children[f"worker{i}"] = procs.start(f"locust-worker{i}", worker_argv(cfg.workload, cfg.master_host, run.master_port),
-                                                 paths["logs"])
+        run.children[f"worker{i}"] = procs.start(
+            f"locust-worker{i}", worker_argv(cfg.workload, cfg.master_host, run.master_port), paths["logs"]
+        )
     if cfg.remote_workers:
-        run.say(f"waiting for {cfg.remote_workers} remote worker(s): kvscope worker --master <this host>:{run.master_port}")
-    run.say(f"{cfg.workload}: {f'rate {cfg.rate:.3g}/s, ' if cfg.rate else ''}{cfg.users} users, "
-            f"{cfg.duration_s:.0f}s, {cfg.workers} local worker(s) -> {run.target_url}")
+        run.say(
+            f"waiting for {cfg.remote_workers} remote worker(s): kvscope worker --master <this host>:{run.master_port}"
+        )
+    run.say(
+        f"{cfg.workload}: {f'rate {cfg.rate:.3g}/s, ' if cfg.rate else ''}{cfg.users} users, "
+        f"{cfg.duration_s:.0f}s, {cfg.workers} local worker(s) -> {run.target_url}"
+    )
 
 
 def watch(run: Run) -> None:
@@ -189,8 +213,11 @@ def watch(run: Run) -> None:
         # Workers exit right after the master tells them to quit, and the master follows
         # within a second or two; a master still up 15 s after its last local worker died
         # has lost its workers (crashed) and is told to stop.
-        locals_gone = cfg.workers and not cfg.remote_workers and all(
-            not c.running for n, c in run.children.items() if n.startswith("worker"))
+        locals_gone = (
+            cfg.workers
+            and not cfg.remote_workers
+            and all(not c.running for n, c in run.children.items() if n.startswith("worker"))
+        )
         workers_gone_at = (workers_gone_at or now) if locals_gone else None
         if workers_gone_at and now - workers_gone_at > 15.0 and term_deadline is None:
             run.notes.append("the local workers exited but the master did not; see logs/locust-worker*.log")
@@ -203,7 +230,9 @@ def watch(run: Run) -> None:
         check_exporter(run, exporter_deadline)
         if cfg.progress and now - last >= PROGRESS_EVERY_S:
             last = now
-            print(("\r" if tty else "") + progress.line(), end="" if tty else "\n", file=sys.stderr, flush=True)
+            print(
+                ("\r" if tty else "") + progress.line(), end="" if tty else "\n", file=sys.stderr, flush=True
+            )
         time.sleep(0.1)
     if cfg.progress:
         print(("\r" if tty else "") + progress.line(), file=sys.stderr, flush=True)
@@ -232,15 +261,22 @@ def finish(run: Run, failure: RunFailed | None, master_rc: int | None) -> int:
     ended = time.time()
     status = "failed" if failure else "interrupted" if run.interrupts else "completed"
     info = {
-        "status": status, "failure": str(failure) if failure else None, "notes": run.notes,
-        "started_unix": run.started_unix, "ended_unix": ended,
+        "status": status,
+        "failure": str(failure) if failure else None,
+        "notes": run.notes,
+        "started_unix": run.started_unix,
+        "ended_unix": ended,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(run.started_unix)),
         "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(ended)),
-        "target": cfg.target or run.target_url, "bundled_engine": cfg.target is None,
-        "server_models": run.models, "config": cfg.to_dict(),
+        "target": cfg.target or run.target_url,
+        "bundled_engine": cfg.target is None,
+        "server_models": run.models,
+        "config": cfg.to_dict(),
         "locust_master_exit_code": master_rc,
-        "commands": {name: [("<redacted>" if i and c.argv[i - 1] == "--api-key" else a) for i, a in enumerate(c.argv)]
-                     for name, c in run.children.items()},
+        "commands": {
+            name: [("<redacted>" if i and c.argv[i - 1] == "--api-key" else a) for i, a in enumerate(c.argv)]
+            for name, c in run.children.items()
+        },
     }
     try:
         summary = write_bundle(cfg.out, info, run.paths["records"], run.paths["exporter"])
@@ -257,15 +293,19 @@ def finish(run: Run, failure: RunFailed | None, master_rc: int | None) -> int:
             advice = advise_and_report(cfg.out)
             run.say(f"advice: {len(advice['verdicts'])} verdict(s); report: {cfg.out / 'report.html'}")
         except Exception as exc:  # the bundle is written; a failed report must not hide that
-            run.say(f"warning: could not write the advice and report ({exc!r}); "
-                    f"retry with: kvscope advise {cfg.out}")
+            run.say(
+                f"warning: could not write the advice and report ({exc!r}); "
+                f"retry with: kvscope advise {cfg.out}"
+            )
     if failure:
         return failure.code
     if run.interrupts:
         return 130
     if summary["client"]["ok"] == 0:
-        run.say("error: no request succeeded (errors by class: "
-                f"{summary['client']['errors_by_class'] or 'none sent'}); see {cfg.out}/logs")
+        run.say(
+            "error: no request succeeded (errors by class: "
+            f"{summary['client']['errors_by_class'] or 'none sent'}); see {cfg.out}/logs"
+        )
         return 1
     return 0
 
@@ -279,10 +319,12 @@ def print_summary(summary: dict, out: Path) -> None:
     errors = ", ".join(f"{k} {v}" for k, v in c["errors_by_class"].items()) or "none"
     kv = s.get("peak_kv_usage_ratio")
     hit = s.get("prefix_hit_ratio")
-    print(f"\nrequests: {c['ok']} ok, {c['failed']} failed ({errors})\n"
-          f"throughput: {c['req_per_s']:.2f} req/s, {c['output_tok_per_s']:.1f} output tok/s\n"
-          f"TTFT p50 {_ms(c['ttft_s']['p50'])} p99 {_ms(c['ttft_s']['p99'])} | ITL p50 {_ms(c['itl_s']['p50'])} "
-          f"p99 {_ms(c['itl_s']['p99'])} | E2E p50 {_ms(c['e2e_s']['p50'])} p99 {_ms(c['e2e_s']['p99'])}\n"
-          f"server: peak KV usage {'-' if kv is None else f'{kv:.1%}'}, preemptions {s.get('preemptions', '-')}, "
-          f"prefix hit ratio {'-' if hit is None else f'{hit:.1%}'}\n"
-          f"bundle: {out}")
+    print(
+        f"\nrequests: {c['ok']} ok, {c['failed']} failed ({errors})\n"
+        f"throughput: {c['req_per_s']:.2f} req/s, {c['output_tok_per_s']:.1f} output tok/s\n"
+        f"TTFT p50 {_ms(c['ttft_s']['p50'])} p99 {_ms(c['ttft_s']['p99'])} | ITL p50 {_ms(c['itl_s']['p50'])} "
+        f"p99 {_ms(c['itl_s']['p99'])} | E2E p50 {_ms(c['e2e_s']['p50'])} p99 {_ms(c['e2e_s']['p99'])}\n"
+        f"server: peak KV usage {'-' if kv is None else f'{kv:.1%}'}, preemptions {s.get('preemptions', '-')}, "
+        f"prefix hit ratio {'-' if hit is None else f'{hit:.1%}'}\n"
+        f"bundle: {out}"
+    )

@@ -55,57 +55,114 @@ Load it with harness.results.load(DIR).
 
 
 def _add_workload_options(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("workload options (each workload uses some; see `locust -f loadtests/NAME.py --help`)")
+    g = parser.add_argument_group(
+        "workload options (each workload uses some; see `locust -f loadtests/NAME.py --help`)"
+    )
     add_to_parser(g, tuple(o for o in COMMON if o.dest not in HARNESS_OWNED), defaults=False)
     seen = {o.flag for o in COMMON}
     for spec in WORKLOADS.values():
         for o in spec.options:
             if o.flag not in seen:
                 seen.add(o.flag)
-                users = ", ".join(s.name for s in WORKLOADS.values() if any(x.flag == o.flag for x in s.options))
-                add_to_parser(g, (Option(o.flag, o.type, None, f"{o.help} [{users}]", o.choices),), defaults=False)
+                users = ", ".join(
+                    s.name for s in WORKLOADS.values() if any(x.flag == o.flag for x in s.options)
+                )
+                add_to_parser(
+                    g, (Option(o.flag, o.type, None, f"{o.help} [{users}]", o.choices),), defaults=False
+                )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "run", help="run a load test (against the bundled engine or --target) and write a results bundle",
+        "run",
+        help="run a load test (against the bundled engine or --target) and write a results bundle",
         description="Start the target (the bundled engine unless --target is given), the exporter on its "
-                    "/metrics, and a Locust workload (headless master + local workers); show live progress; "
-                    "write the results bundle. Workloads: " + "; ".join(f"{n}: {s.summary}" for n, s in WORKLOADS.items()),
-        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    p.add_argument("--target", metavar="URL", help="an OpenAI-compatible server (default: start the bundled engine)")
-    p.add_argument("--workload", required=True, choices=sorted(WORKLOADS), help="which loadtests/NAME.py to run")
-    p.add_argument("--users", type=int, help="closed loop: concurrent users (default 8); open loop: most in flight (default 64)")
+        "/metrics, and a Locust workload (headless master + local workers); show live progress; "
+        "write the results bundle. Workloads: "
+        + "; ".join(f"{n}: {s.summary}" for n, s in WORKLOADS.items()),
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "--target", metavar="URL", help="an OpenAI-compatible server (default: start the bundled engine)"
+    )
+    p.add_argument(
+        "--workload", required=True, choices=sorted(WORKLOADS), help="which loadtests/NAME.py to run"
+    )
+    p.add_argument(
+        "--users",
+        type=int,
+        help="closed loop: concurrent users (default 8); open loop: most in flight (default 64)",
+    )
     p.add_argument("--spawn-rate", type=float, help="users started per second (default: all within a second)")
-    p.add_argument("--rate", type=float, help="open loop: requests per second in total (Poisson unless --arrival constant)")
-    p.add_argument("--duration", default="60s", metavar="DURATION", help="how long to send requests, e.g. 90s, 5m (default 60s)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        help="open loop: requests per second in total (Poisson unless --arrival constant)",
+    )
+    p.add_argument(
+        "--duration",
+        default="60s",
+        metavar="DURATION",
+        help="how long to send requests, e.g. 90s, 5m (default 60s)",
+    )
     p.add_argument("--workers", type=int, default=1, help="local Locust worker processes (default 1)")
-    p.add_argument("--remote-workers", type=int, default=0, metavar="N",
-                   help="also wait for N `kvscope worker` processes from other machines (use with --master-bind)")
-    p.add_argument("--master-bind", metavar="HOST:PORT", help="where the Locust master listens for workers "
-                   "(default 127.0.0.1 and a free port; use 0.0.0.0:5557 to accept other machines)")
+    p.add_argument(
+        "--remote-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also wait for N `kvscope worker` processes from other machines (use with --master-bind)",
+    )
+    p.add_argument(
+        "--master-bind",
+        metavar="HOST:PORT",
+        help="where the Locust master listens for workers "
+        "(default 127.0.0.1 and a free port; use 0.0.0.0:5557 to accept other machines)",
+    )
     p.add_argument("--out", metavar="DIR", help="results bundle folder (default runs/<time>-<workload>)")
-    p.add_argument("--model", help="with the bundled engine: the engine's --model (default: the engine's, smollm2-135m; "
-                   "tiny-random starts in seconds); "
-                   "with --target: the model name to request (default: the first in /v1/models)")
-    p.add_argument("--startup-timeout", type=float, default=300.0, metavar="S",
-                   help="seconds to wait for the bundled engine's /health (default 300)")
+    p.add_argument(
+        "--model",
+        help="with the bundled engine: the engine's --model (default: the engine's, smollm2-135m; "
+        "tiny-random starts in seconds); "
+        "with --target: the model name to request (default: the first in /v1/models)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds to wait for the bundled engine's /health (default 300)",
+    )
     p.add_argument("--quiet", action="store_true", help="no live progress line")
     _add_workload_options(p)
     e = p.add_argument_group("engine flags (only without --target; passed to `kvscope engine serve`)")
     add_to_parser(e, ENGINE_FLAGS, defaults=False)
-    e.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                   help="one more argument for `kvscope engine serve`, verbatim (repeatable)")
+    e.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for `kvscope engine serve`, verbatim (repeatable)",
+    )
     p.set_defaults(func=_run)
 
     w = subparsers.add_parser(
-        "worker", help="add this machine's CPU to a running `kvscope run` (a Locust worker)",
+        "worker",
+        help="add this machine's CPU to a running `kvscope run` (a Locust worker)",
         description="Connect a Locust worker to the master of a `kvscope run` started with --master-bind and "
-                    "--remote-workers. Its records travel to the master with Locust's own messages.")
+        "--remote-workers. Its records travel to the master with Locust's own messages.",
+    )
     w.add_argument("--master", required=True, metavar="HOST:PORT", help="the run's --master-bind address")
-    w.add_argument("--workload", choices=sorted(WORKLOADS),
-                   help="the run's workload (default: fetch the locustfile from the master)")
-    w.add_argument("--processes", type=int, default=1, help="worker processes to start on this machine (default 1)")
+    w.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        help="the run's workload (default: fetch the locustfile from the master)",
+    )
+    w.add_argument(
+        "--processes", type=int, default=1, help="worker processes to start on this machine (default 1)"
+    )
     w.set_defaults(func=_worker)
 
 

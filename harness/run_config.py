@@ -78,8 +78,12 @@ def _master_bind(text: str | None) -> tuple[str, int | None]:
 def from_args(args: argparse.Namespace) -> RunConfig:
     workload = args.workload
     own = {o.flag for o in options_for(workload)}
-    foreign = [o.flag for spec in WORKLOADS.values() for o in spec.options
-               if o.flag not in own and getattr(args, o.dest, None) not in (None, False)]
+    foreign = [
+        o.flag
+        for spec in WORKLOADS.values()
+        for o in spec.options
+        if o.flag not in own and getattr(args, o.dest, None) not in (None, False)
+    ]
     if foreign:
         raise ConfigError(f"workload {workload!r} has no option(s) {', '.join(sorted(set(foreign)))}")
     if workload == "replay" and not getattr(args, "trace", None):
@@ -97,11 +101,15 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         raise ConfigError("--users must be at least 1, --workers and --remote-workers at least 0")
     if args.workers + args.remote_workers < 1:
         raise ConfigError("need at least one worker (--workers or --remote-workers)")
-    engine_argv = to_argv(tuple(o for o in ENGINE_FLAGS if o.dest != "engine_seed"), args) + list(args.engine_arg)
+    engine_argv = to_argv(tuple(o for o in ENGINE_FLAGS if o.dest != "engine_seed"), args) + list(
+        args.engine_arg
+    )
     if getattr(args, "engine_seed", None) is not None:
         engine_argv += ["--seed", str(args.engine_seed)]
     if args.target and engine_argv:
-        raise ConfigError(f"engine flags ({' '.join(engine_argv)}) only apply to the bundled engine, not to --target")
+        raise ConfigError(
+            f"engine flags ({' '.join(engine_argv)}) only apply to the bundled engine, not to --target"
+        )
     common = tuple(o for o in COMMON if o.dest not in HARNESS_OWNED)
     workload_argv = to_argv(common + WORKLOADS[workload].options, args)
     if args.target:
@@ -115,11 +123,23 @@ def from_args(args: argparse.Namespace) -> RunConfig:
     if (out / "run.json").exists() or (out / "raw").exists():
         raise ConfigError(f"{out} already holds a run; choose another --out (records would mix)")
     return RunConfig(
-        workload=workload, target=args.target.rstrip("/") if args.target else None, users=users,
-        spawn_rate=float(args.spawn_rate) if args.spawn_rate else float(users), rate=rate, duration_s=duration_s,
-        workers=args.workers, remote_workers=args.remote_workers, master_host=host, master_port=port, out=out,
-        model=args.model, workload_argv=workload_argv,
-        engine_argv=engine_argv, drain_timeout_s=float(args.drain_timeout or 30.0),
-        request_timeout_s=float(args.request_timeout or 300.0), startup_timeout_s=args.startup_timeout,
-        progress=not args.quiet, api_key=args.api_key or "",
+        workload=workload,
+        target=args.target.rstrip("/") if args.target else None,
+        users=users,
+        spawn_rate=float(args.spawn_rate) if args.spawn_rate else float(users),
+        rate=rate,
+        duration_s=duration_s,
+        workers=args.workers,
+        remote_workers=args.remote_workers,
+        master_host=host,
+        master_port=port,
+        out=out,
+        model=args.model,
+        workload_argv=workload_argv,
+        engine_argv=engine_argv,
+        drain_timeout_s=float(args.drain_timeout or 30.0),
+        request_timeout_s=float(args.request_timeout or 300.0),
+        startup_timeout_s=args.startup_timeout,
+        progress=not args.quiet,
+        api_key=args.api_key or "",
     )

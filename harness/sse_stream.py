@@ -79,8 +79,9 @@ def apply_chunk(state: StreamState, rec: RequestRecord, chunk: dict, now: float)
         state.timing = chunk["kvscope"]
 
 
-def consume(readline: Callable[[bytes], bytes], clock: Callable[[], float], state: StreamState,
-            rec: RequestRecord) -> None:
+def consume(
+    readline: Callable[[bytes], bytes], clock: Callable[[], float], state: StreamState, rec: RequestRecord
+) -> None:
     """Read until `[DONE]` or end of body. Exceptions from `readline` propagate (the caller
     classifies them); malformed JSON is a stream error, recorded in `state.error`."""
     while True:
@@ -90,7 +91,7 @@ def consume(readline: Callable[[bytes], bytes], clock: Callable[[], float], stat
             break
         if not line.startswith(_DATA):
             continue  # blank separator, comment (":"), or event:/id:/retry: fields
-        payload = line[len(_DATA):].strip()
+        payload = line[len(_DATA) :].strip()
         if payload == _DONE:
             state.done = True
             break
@@ -118,7 +119,9 @@ def finish(state: StreamState, rec: RequestRecord) -> None:
     if usage and isinstance(usage.get("completion_tokens"), int):
         rec.usage_source = "server"
         rec.output_tokens = usage["completion_tokens"]
-        rec.prompt_tokens = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+        rec.prompt_tokens = (
+            usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+        )
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
             rec.cached_tokens = details["cached_tokens"]

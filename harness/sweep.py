@@ -65,31 +65,53 @@ def load_label(mode: str, load: float) -> str:
 def point_row(index: int, mode: str, load: float, summary: dict[str, Any], bundle: str) -> dict[str, Any]:
     lat, tp = summary["latency"], summary["throughput"]
     return {
-        "point": index, "load_kind": mode, "load": load, "load_label": load_label(mode, load),
-        "requests": summary["requests"]["total"], "ok": summary["requests"]["ok"], "failed": summary["requests"]["failed"],
-        "requests_per_s": tp["requests_per_s"], "output_tokens_per_s": tp["output_tokens_per_s"],
-        "ttft_p50_s": lat["ttft"]["p50"], "ttft_p99_s": lat["ttft"]["p99"], "tpot_p50_s": lat["tpot"]["p50"],
-        "tpot_p99_s": lat["tpot"]["p99"], "e2e_p50_s": lat["e2e"]["p50"], "e2e_p99_s": lat["e2e"]["p99"],
+        "point": index,
+        "load_kind": mode,
+        "load": load,
+        "load_label": load_label(mode, load),
+        "requests": summary["requests"]["total"],
+        "ok": summary["requests"]["ok"],
+        "failed": summary["requests"]["failed"],
+        "requests_per_s": tp["requests_per_s"],
+        "output_tokens_per_s": tp["output_tokens_per_s"],
+        "ttft_p50_s": lat["ttft"]["p50"],
+        "ttft_p99_s": lat["ttft"]["p99"],
+        "tpot_p50_s": lat["tpot"]["p50"],
+        "tpot_p99_s": lat["tpot"]["p99"],
+        "e2e_p50_s": lat["e2e"]["p50"],
+        "e2e_p99_s": lat["e2e"]["p99"],
         "attainment": summary["goodput"]["attainment"] if summary["slos"] else None,
         "goodput_requests_per_s": summary["goodput"]["requests_per_s"] if summary["slos"] else None,
-        "peak_kv_usage_ratio": summary["server"]["peak_kv_usage_ratio"], "preemptions": summary["server"]["preemptions"],
-        "reliable": summary["reliable"], "bundle": bundle,
+        "peak_kv_usage_ratio": summary["server"]["peak_kv_usage_ratio"],
+        "preemptions": summary["server"]["preemptions"],
+        "reliable": summary["reliable"],
+        "bundle": bundle,
     }
 
 
 def analyse(rows: list[dict[str, Any]], cfg: SweepConfig) -> dict[str, Any]:
     """Knee and highest SLO-meeting point over the rows, ordered by load (see analysis.knee)."""
-    table = pd.DataFrame(rows).sort_values("load", kind="stable").reset_index(drop=True) if rows else pd.DataFrame()
+    table = (
+        pd.DataFrame(rows).sort_values("load", kind="stable").reset_index(drop=True)
+        if rows
+        else pd.DataFrame()
+    )
     if table.empty:
         return {"points": [], "knee": None, "best": None}
-    knee = find_knee(table[THROUGHPUT_METRIC].tolist(), table[LATENCY_METRIC].tolist(), table["load_label"].tolist())
+    knee = find_knee(
+        table[THROUGHPUT_METRIC].tolist(), table[LATENCY_METRIC].tolist(), table["load_label"].tolist()
+    )
     best = highest_meeting(table["attainment"].tolist(), cfg.attainment) if cfg.slo else None
     return {
         "points": table.to_dict(orient="records"),
-        "knee": {**knee.to_dict(), "load": None if knee.index is None else float(table["load"][knee.index]),
-                 "load_label": None if knee.index is None else table["load_label"][knee.index]},
-        "best": None if best is None else {"index": best, "load": float(table["load"][best]),
-                                            "load_label": table["load_label"][best]},
+        "knee": {
+            **knee.to_dict(),
+            "load": None if knee.index is None else float(table["load"][knee.index]),
+            "load_label": None if knee.index is None else table["load_label"][knee.index],
+        },
+        "best": None
+        if best is None
+        else {"index": best, "load": float(table["load"][best]), "load_label": table["load_label"][best]},
         "best_explanation": _best_text(cfg, best, table),
     }
 
@@ -100,15 +122,27 @@ def _best_text(cfg: SweepConfig, best: int | None, table: pd.DataFrame) -> str:
     slos = parse_slos(cfg.slo).describe()
     if best is None:
         return f"no tested load met the SLOs ({slos}) for {cfg.attainment:.0%} of requests"
-    return (f"highest load meeting the SLOs ({slos}) for at least {cfg.attainment:.0%} of requests: "
-            f"{table['load_label'][best]} ({table[THROUGHPUT_METRIC][best]:.1f} output tok/s)")
+    return (
+        f"highest load meeting the SLOs ({slos}) for at least {cfg.attainment:.0%} of requests: "
+        f"{table['load_label'][best]} ({table[THROUGHPUT_METRIC][best]:.1f} output tok/s)"
+    )
 
 
 def write_results(cfg: SweepConfig, rows: list[dict[str, Any]], status: str, target: str) -> dict[str, Any]:
-    result = {"schema": SCHEMA, "status": status, "target": target, "config": cfg.to_dict(),
-              "slos": parse_slos(cfg.slo).to_dict(), "attainment_target": cfg.attainment,
-              "latency_metric": LATENCY_METRIC, "throughput_metric": THROUGHPUT_METRIC, **analyse(rows, cfg)}
-    (cfg.out / "sweep.json").write_text(json.dumps(result, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
+    result = {
+        "schema": SCHEMA,
+        "status": status,
+        "target": target,
+        "config": cfg.to_dict(),
+        "slos": parse_slos(cfg.slo).to_dict(),
+        "attainment_target": cfg.attainment,
+        "latency_metric": LATENCY_METRIC,
+        "throughput_metric": THROUGHPUT_METRIC,
+        **analyse(rows, cfg),
+    }
+    (cfg.out / "sweep.json").write_text(
+        json.dumps(result, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8"
+    )
     pd.DataFrame(result["points"]).to_csv(cfg.out / "sweep.csv", index=False)
     return result
 
@@ -116,8 +150,20 @@ def write_results(cfg: SweepConfig, rows: list[dict[str, Any]], status: str, tar
 def start_engine(cfg: SweepConfig) -> tuple[procs.Child, str]:
     """The bundled engine on a free port; returns (child, base URL) once /health answers."""
     port = procs.free_port()
-    argv = [sys.executable, "-m", "harness.cli", "engine", "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--model", cfg.model or "tiny-random", *cfg.engine_args]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "engine",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        cfg.model or "tiny-random",
+        *cfg.engine_args,
+    ]
     child = procs.start("engine", argv, cfg.out / "logs")
     url = f"http://127.0.0.1:{port}"
     ok, reason = procs.wait_http(url + "/health", cfg.startup_timeout_s, child)
@@ -130,9 +176,27 @@ def start_engine(cfg: SweepConfig) -> tuple[procs.Child, str]:
 
 def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
     out = cfg.out / f"point-{index:02d}"
-    argv = [sys.executable, "-m", "harness.cli", "run", "--target", target, "--workload", cfg.workload,
-            "--duration", cfg.duration_per_point, "--out", str(out), "--quiet", *cfg.run_args]
-    argv += ["--rate", f"{load:g}"] if cfg.mode == "rate" else ["--users", str(int(load)), "--spawn-rate", str(int(load))]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--target",
+        target,
+        "--workload",
+        cfg.workload,
+        "--duration",
+        cfg.duration_per_point,
+        "--out",
+        str(out),
+        "--quiet",
+        *cfg.run_args,
+    ]
+    argv += (
+        ["--rate", f"{load:g}"]
+        if cfg.mode == "rate"
+        else ["--users", str(int(load)), "--spawn-rate", str(int(load))]
+    )
     if cfg.target and cfg.model:
         argv += ["--model", cfg.model]
     with open(cfg.out / "logs" / f"point-{index:02d}.log", "ab") as log:
@@ -145,12 +209,16 @@ def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
             proc.wait()
             raise
     if rc not in (0, 1) or not (out / "requests.parquet").exists():
-        raise RuntimeError(f"`kvscope run` for point {index} ({load_label(cfg.mode, load)}) exited {rc}; "
-                           f"see {cfg.out / 'logs' / f'point-{index:02d}.log'}")
+        raise RuntimeError(
+            f"`kvscope run` for point {index} ({load_label(cfg.mode, load)}) exited {rc}; "
+            f"see {cfg.out / 'logs' / f'point-{index:02d}.log'}"
+        )
     return out
 
 
-def execute(cfg: SweepConfig, say=lambda m: print(f"kvscope sweep: {m}", file=sys.stderr, flush=True)) -> dict[str, Any]:
+def execute(
+    cfg: SweepConfig, say=lambda m: print(f"kvscope sweep: {m}", file=sys.stderr, flush=True)
+) -> dict[str, Any]:
     """Run every point, write sweep.json/csv and the reports; returns sweep.json's content."""
     from harness.report import write_report
 
@@ -170,8 +238,10 @@ def execute(cfg: SweepConfig, say=lambda m: print(f"kvscope sweep: {m}", file=sy
             summary = write_summary(bundle, cfg.slo or None)
             write_report(bundle, slos=cfg.slo or None)
             rows.append(point_row(i, cfg.mode, load, summary, bundle.name))
-            say(f"  {summary['throughput']['output_tokens_per_s']:.1f} output tok/s, E2E p99 "
-                f"{(summary['latency']['e2e']['p99'] or 0) * 1000:.0f} ms ({time.monotonic() - t:.0f} s)")
+            say(
+                f"  {summary['throughput']['output_tokens_per_s']:.1f} output tok/s, E2E p99 "
+                f"{(summary['latency']['e2e']['p99'] or 0) * 1000:.0f} ms ({time.monotonic() - t:.0f} s)"
+            )
     except KeyboardInterrupt:
         status = "interrupted"
     except RuntimeError as exc:
@@ -189,11 +259,15 @@ def format_table(result: dict[str, Any]) -> str:
     head = f"{'load':>10} {'req/s':>7} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p99':>9} {'E2E p99':>9} {'SLO ok':>7} reliable"
     lines = [head]
     for p in result["points"]:
+
         def ms(k: str, p=p) -> str:
             return "-" if p[k] is None else f"{p[k] * 1000:.0f}ms"
+
         att = "-" if p["attainment"] is None else f"{p['attainment']:.0%}"
-        lines.append(f"{p['load_label']:>10} {p['requests_per_s']:>7.2f} {p['output_tokens_per_s']:>10.1f} {ms('ttft_p50_s'):>9} "
-                     f"{ms('ttft_p99_s'):>9} {ms('tpot_p99_s'):>9} {ms('e2e_p99_s'):>9} {att:>7} {'yes' if p['reliable'] else 'NO'}")
+        lines.append(
+            f"{p['load_label']:>10} {p['requests_per_s']:>7.2f} {p['output_tokens_per_s']:>10.1f} {ms('ttft_p50_s'):>9} "
+            f"{ms('ttft_p99_s'):>9} {ms('tpot_p99_s'):>9} {ms('e2e_p99_s'):>9} {att:>7} {'yes' if p['reliable'] else 'NO'}"
+        )
     knee = result.get("knee") or {}
     lines.append(knee.get("explanation") or "no points")
     lines.append(result.get("best_explanation") or "")

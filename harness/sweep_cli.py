@@ -31,6 +31,7 @@ Without --target the bundled engine starts once and serves every point; the engi
 below are passed to it, the workload options to every `kvscope run`.
 """
 
+
 def _loads(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
@@ -43,34 +44,72 @@ def _loads(text: str) -> list[float]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "sweep", help="sweep request rates or concurrencies: table, throughput-latency curve, knee, SLO limit",
+        "sweep",
+        help="sweep request rates or concurrencies: table, throughput-latency curve, knee, SLO limit",
         description="Run one short `kvscope run` per load point against one server, then write sweep.json, "
-                    "sweep.csv, a report with the throughput-vs-latency curve, the knee and the highest load that "
-                    "meets the SLOs. Each point is a full bundle with its own report.",
-        epilog=SWEEP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    p.add_argument("--target", metavar="URL", help="an OpenAI-compatible server (default: start the bundled engine once)")
+        "sweep.csv, a report with the throughput-vs-latency curve, the knee and the highest load that "
+        "meets the SLOs. Each point is a full bundle with its own report.",
+        epilog=SWEEP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "--target", metavar="URL", help="an OpenAI-compatible server (default: start the bundled engine once)"
+    )
     load = p.add_mutually_exclusive_group(required=True)
-    load.add_argument("--rates", type=_loads, metavar="R1,R2,...", help="open loop: requests per second per point")
-    load.add_argument("--concurrency", type=_loads, metavar="C1,C2,...", help="closed loop: concurrent users per point")
-    p.add_argument("--workload", default="chat", choices=sorted(WORKLOADS),
-                   help="loadtests/NAME.py to run at each point (default: chat)")
-    p.add_argument("--duration-per-point", default="20s", metavar="DURATION", help="load time per point (default: 20s)")
-    p.add_argument("--slo", default="", metavar="NAME=DUR,...",
-                   help="SLOs, e.g. ttft=1s,tpot=100ms (names: ttft, tpot, e2e, itl; units ms or s)")
-    p.add_argument("--attainment", type=float, default=0.9,
-                   help="share of requests that must meet every SLO for a point to count (default: 0.9)")
+    load.add_argument(
+        "--rates", type=_loads, metavar="R1,R2,...", help="open loop: requests per second per point"
+    )
+    load.add_argument(
+        "--concurrency", type=_loads, metavar="C1,C2,...", help="closed loop: concurrent users per point"
+    )
+    p.add_argument(
+        "--workload",
+        default="chat",
+        choices=sorted(WORKLOADS),
+        help="loadtests/NAME.py to run at each point (default: chat)",
+    )
+    p.add_argument(
+        "--duration-per-point", default="20s", metavar="DURATION", help="load time per point (default: 20s)"
+    )
+    p.add_argument(
+        "--slo",
+        default="",
+        metavar="NAME=DUR,...",
+        help="SLOs, e.g. ttft=1s,tpot=100ms (names: ttft, tpot, e2e, itl; units ms or s)",
+    )
+    p.add_argument(
+        "--attainment",
+        type=float,
+        default=0.9,
+        help="share of requests that must meet every SLO for a point to count (default: 0.9)",
+    )
     p.add_argument("--out", metavar="DIR", help="sweep folder (default: runs/<time>-sweep)")
-    p.add_argument("--model", help="the bundled engine's --model (default tiny-random); with --target, the model to request")
-    p.add_argument("--startup-timeout", type=float, default=300.0, metavar="S", help="seconds to wait for the engine")
+    p.add_argument(
+        "--model",
+        help="the bundled engine's --model (default tiny-random); with --target, the model to request",
+    )
+    p.add_argument(
+        "--startup-timeout", type=float, default=300.0, metavar="S", help="seconds to wait for the engine"
+    )
     p.add_argument("--workers", type=int, default=1, help="Locust worker processes per point (default 1)")
-    p.add_argument("--max-in-flight", type=int, metavar="N",
-                   help="with --rates: most requests in flight (kvscope run's --users; default 64)")
+    p.add_argument(
+        "--max-in-flight",
+        type=int,
+        metavar="N",
+        help="with --rates: most requests in flight (kvscope run's --users; default 64)",
+    )
     w = p.add_argument_group("workload options (as `kvscope run`; forwarded to every point when given)")
     add_to_parser(w, workload_options(), defaults=False)
     e = p.add_argument_group("engine flags (only without --target; passed to `kvscope engine serve`)")
     add_to_parser(e, ENGINE_FLAGS, defaults=False)
-    e.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                   help="one more argument for `kvscope engine serve`, verbatim (repeatable)")
+    e.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for `kvscope engine serve`, verbatim (repeatable)",
+    )
     p.set_defaults(func=_sweep)
 
 
@@ -112,7 +151,11 @@ def _sweep(args: argparse.Namespace) -> int:
         if not 0 < args.attainment <= 1:
             raise ValueError("--attainment must be in (0, 1]")
         own = {o.flag for o in options_for(args.workload)}
-        foreign = [o.flag for o in workload_options() if o.flag not in own and getattr(args, o.dest, None) not in (None, False)]
+        foreign = [
+            o.flag
+            for o in workload_options()
+            if o.flag not in own and getattr(args, o.dest, None) not in (None, False)
+        ]
         if foreign:
             raise ValueError(f"workload {args.workload!r} has no option(s) {', '.join(foreign)}")
         if args.target and engine:
@@ -122,9 +165,20 @@ def _sweep(args: argparse.Namespace) -> int:
         return 2
     mode, loads = ("rate", args.rates) if args.rates else ("concurrency", args.concurrency)
     out = Path(args.out) if args.out else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-sweep"
-    cfg = SweepConfig(mode, loads, out, args.target.rstrip("/") if args.target else None, args.workload,
-                      args.duration_per_point, args.slo, args.attainment, args.model, run_args(args), engine,
-                      args.startup_timeout)
+    cfg = SweepConfig(
+        mode,
+        loads,
+        out,
+        args.target.rstrip("/") if args.target else None,
+        args.workload,
+        args.duration_per_point,
+        args.slo,
+        args.attainment,
+        args.model,
+        run_args(args),
+        engine,
+        args.startup_timeout,
+    )
     result = execute(cfg)
     print(format_table(result))
     print(f"sweep: {out} (report.html, sweep.json)")

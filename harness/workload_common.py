@@ -26,9 +26,16 @@ class FixedLengthUser(LLMUser):
 
     def next_request(self) -> RequestSpec:
         n = int(self.option("n")) if self.uses_n else 1
-        prompt, output = self.fit_lengths(int(self.option("prompt_tokens")), int(self.option("output_tokens")))
-        return RequestSpec(prompt=text(self.rng, self.calibration.words_for(prompt)), max_tokens=output, n=n,
-                           target_prompt_tokens=prompt, target_output_tokens=output)
+        prompt, output = self.fit_lengths(
+            int(self.option("prompt_tokens")), int(self.option("output_tokens"))
+        )
+        return RequestSpec(
+            prompt=text(self.rng, self.calibration.words_for(prompt)),
+            max_tokens=output,
+            n=n,
+            target_prompt_tokens=prompt,
+            target_output_tokens=output,
+        )
 
 
 class StepAndSpikeShape(LoadTestShape):
@@ -47,5 +54,7 @@ class StepAndSpikeShape(LoadTestShape):
         t = self.get_run_time()
         if opts.run_time and t >= opts.run_time:
             return None
-        users = step_and_spike_users(t, opts.base_users, opts.step_users, opts.spike_users, opts.period_s, opts.spike_s)
+        users = step_and_spike_users(
+            t, opts.base_users, opts.step_users, opts.spike_users, opts.period_s, opts.spike_s
+        )
         return max(0, users), float(max(1, users))

@@ -39,69 +39,151 @@ class WorkloadSpec:
 
 
 def _lengths(prompt: int, output: int) -> tuple[Option, Option]:
-    return (Option("--prompt-tokens", int, prompt, "prompt length in tokens, as the server counts them"),
-            Option("--output-tokens", int, output, "tokens to generate per request (max_tokens)"))
+    return (
+        Option("--prompt-tokens", int, prompt, "prompt length in tokens, as the server counts them"),
+        Option("--output-tokens", int, output, "tokens to generate per request (max_tokens)"),
+    )
 
 
 COMMON: tuple[Option, ...] = (
-    Option("--endpoint", str, "chat", "OpenAI endpoint: /v1/chat/completions or /v1/completions", ("chat", "completions")),
+    Option(
+        "--endpoint",
+        str,
+        "chat",
+        "OpenAI endpoint: /v1/chat/completions or /v1/completions",
+        ("chat", "completions"),
+    ),
     Option("--model", str, "", "model name to send (default: the first one /v1/models lists)"),
     Option("--api-key", str, "", "bearer token for the server's /v1 API", secret=True),
     Option("--temperature", float, 0.0, "sampling temperature"),
-    Option("--no-ignore-eos", None, False, "let the model stop at EOS (default: ask for ignore_eos so output lengths are as targeted)"),
+    Option(
+        "--no-ignore-eos",
+        None,
+        False,
+        "let the model stop at EOS (default: ask for ignore_eos so output lengths are as targeted)",
+    ),
     Option("--seed", int, 0, "seed for prompt text and lengths (same seed, same workload)"),
-    Option("--rate", float, 0.0, "open loop: requests per second in total, independent of responses (0: closed loop, each user sends when its last answer is in)"),
+    Option(
+        "--rate",
+        float,
+        0.0,
+        "open loop: requests per second in total, independent of responses (0: closed loop, each user sends when its last answer is in)",
+    ),
     Option("--arrival", str, "poisson", "open-loop arrival process", ("poisson", "constant")),
     Option("--think-time", float, 0.0, "closed loop: seconds a user waits between requests"),
-    Option("--request-timeout", float, 300.0, "seconds without a byte from the server before a request counts as timed out"),
-    Option("--drain-timeout", float, 30.0, "at the end, seconds to let in-flight requests finish (they are recorded; new ones are not sent)"),
-    Option("--no-calibrate", None, False, "skip the two probe requests that measure tokens per word (then 1 word = 1 token)"),
+    Option(
+        "--request-timeout",
+        float,
+        300.0,
+        "seconds without a byte from the server before a request counts as timed out",
+    ),
+    Option(
+        "--drain-timeout",
+        float,
+        30.0,
+        "at the end, seconds to let in-flight requests finish (they are recorded; new ones are not sent)",
+    ),
+    Option(
+        "--no-calibrate",
+        None,
+        False,
+        "skip the two probe requests that measure tokens per word (then 1 word = 1 token)",
+    ),
     Option("--records-out", str, "", "master: append every request record to this JSON-lines file"),
-    Option("--status-out", str, "", "master: keep a small JSON status file here (users, workers, records), rewritten every second"),
+    Option(
+        "--status-out",
+        str,
+        "",
+        "master: keep a small JSON status file here (users, workers, records), rewritten every second",
+    ),
 )
 
-WORKLOADS: dict[str, WorkloadSpec] = {spec.name: spec for spec in (
-    WorkloadSpec("chat", "ShareGPT-like chat: lengths from the vLLM paper's ShareGPT statistics, or from a ShareGPT JSON file", (
-        Option("--dataset", str, "", "ShareGPT-format JSON file to take (prompt, output) lengths from"),
-        Option("--max-prompt-tokens", int, 1024, "cap on drawn prompt lengths"),
-        Option("--max-output-tokens", int, 1024, "cap on drawn output lengths"),
-    )),
-    WorkloadSpec("shared_prefix", "K system prompts of P tokens shared across users, each request with its own user turn", (
-        Option("--num-prefixes", int, 4, "number of distinct shared system prompts (K)"),
-        Option("--prefix-tokens", int, 256, "tokens per shared system prompt (P)"),
-        Option("--suffix-tokens", int, 32, "tokens of the varying user turn"),
-        Option("--output-tokens", int, 64, "tokens to generate per request"),
-    )),
-    WorkloadSpec("long_context", "long prompts, short answers: prefill- and KV-capacity-bound", _lengths(3000, 64)),
-    WorkloadSpec("parallel_sampling", "n completions per prompt (n = k), which share the prompt's KV blocks", (
-        Option("--n", int, 4, "completions per request (OpenAI `n`)"), *_lengths(256, 128),
-    )),
-    WorkloadSpec("bursty", "step-and-spike user counts (a Locust LoadTestShape)", (
-        Option("--base-users", int, 4, "users between spikes, first period"),
-        Option("--step-users", int, 2, "users added to the base every period (the step)"),
-        Option("--spike-users", int, 24, "users during a spike"),
-        Option("--period-s", float, 20.0, "seconds per period (calm phase + spike)"),
-        Option("--spike-s", float, 5.0, "seconds of spike at the end of each period"),
-        *_lengths(256, 64),
-    ), shaped=True),
-    WorkloadSpec("rate", "open-loop arrivals at a target request rate (Poisson or constant)", _lengths(256, 128),
-                 defaults={"rate": 2.0}),
-    WorkloadSpec("replay", "replay a JSON-lines trace of arrival times and prompt/output lengths", (
-        Option("--trace", str, "", "JSON-lines trace (arrival_s|timestamp ms, prompt_tokens|input_length, output_tokens|output_length, optional hash_ids)"),
-        Option("--time-scale", float, 1.0, "multiply trace times by this (0.5 replays twice as fast)"),
-    )),
-)}
+WORKLOADS: dict[str, WorkloadSpec] = {
+    spec.name: spec
+    for spec in (
+        WorkloadSpec(
+            "chat",
+            "ShareGPT-like chat: lengths from the vLLM paper's ShareGPT statistics, or from a ShareGPT JSON file",
+            (
+                Option(
+                    "--dataset", str, "", "ShareGPT-format JSON file to take (prompt, output) lengths from"
+                ),
+                Option("--max-prompt-tokens", int, 1024, "cap on drawn prompt lengths"),
+                Option("--max-output-tokens", int, 1024, "cap on drawn output lengths"),
+            ),
+        ),
+        WorkloadSpec(
+            "shared_prefix",
+            "K system prompts of P tokens shared across users, each request with its own user turn",
+            (
+                Option("--num-prefixes", int, 4, "number of distinct shared system prompts (K)"),
+                Option("--prefix-tokens", int, 256, "tokens per shared system prompt (P)"),
+                Option("--suffix-tokens", int, 32, "tokens of the varying user turn"),
+                Option("--output-tokens", int, 64, "tokens to generate per request"),
+            ),
+        ),
+        WorkloadSpec(
+            "long_context", "long prompts, short answers: prefill- and KV-capacity-bound", _lengths(3000, 64)
+        ),
+        WorkloadSpec(
+            "parallel_sampling",
+            "n completions per prompt (n = k), which share the prompt's KV blocks",
+            (
+                Option("--n", int, 4, "completions per request (OpenAI `n`)"),
+                *_lengths(256, 128),
+            ),
+        ),
+        WorkloadSpec(
+            "bursty",
+            "step-and-spike user counts (a Locust LoadTestShape)",
+            (
+                Option("--base-users", int, 4, "users between spikes, first period"),
+                Option("--step-users", int, 2, "users added to the base every period (the step)"),
+                Option("--spike-users", int, 24, "users during a spike"),
+                Option("--period-s", float, 20.0, "seconds per period (calm phase + spike)"),
+                Option("--spike-s", float, 5.0, "seconds of spike at the end of each period"),
+                *_lengths(256, 64),
+            ),
+            shaped=True,
+        ),
+        WorkloadSpec(
+            "rate",
+            "open-loop arrivals at a target request rate (Poisson or constant)",
+            _lengths(256, 128),
+            defaults={"rate": 2.0},
+        ),
+        WorkloadSpec(
+            "replay",
+            "replay a JSON-lines trace of arrival times and prompt/output lengths",
+            (
+                Option(
+                    "--trace",
+                    str,
+                    "",
+                    "JSON-lines trace (arrival_s|timestamp ms, prompt_tokens|input_length, output_tokens|output_length, optional hash_ids)",
+                ),
+                Option(
+                    "--time-scale", float, 1.0, "multiply trace times by this (0.5 replays twice as fast)"
+                ),
+            ),
+        ),
+    )
+}
 
 
 def options_for(workload: str) -> tuple[Option, ...]:
     """COMMON then the workload's own options, COMMON defaults overridden per workload."""
     spec = WORKLOADS[workload]
-    common = tuple(Option(o.flag, o.type, spec.defaults.get(o.dest, o.default), o.help, o.choices, o.secret)
-                   for o in COMMON)
+    common = tuple(
+        Option(o.flag, o.type, spec.defaults.get(o.dest, o.default), o.help, o.choices, o.secret)
+        for o in COMMON
+    )
     return common + spec.options
 
 
-def add_to_parser(parser: Any, options: tuple[Option, ...], defaults: bool = True, locust: bool = False) -> None:
+def add_to_parser(
+    parser: Any, options: tuple[Option, ...], defaults: bool = True, locust: bool = False
+) -> None:
     """Add options to an argparse-compatible parser (Locust's is configargparse).
 
     Skips flags the parser already has, so two locustfiles loaded in one process do not
@@ -114,10 +196,18 @@ def add_to_parser(parser: Any, options: tuple[Option, ...], defaults: bool = Tru
             continue
         extra = {"is_secret": True} if locust and o.secret else {}
         if o.type is None:
-            parser.add_argument(o.flag, action="store_true", default=o.default if defaults else None, help=o.help, **extra)
+            parser.add_argument(
+                o.flag, action="store_true", default=o.default if defaults else None, help=o.help, **extra
+            )
         else:
-            parser.add_argument(o.flag, type=o.type, default=o.default if defaults else None, choices=o.choices,
-                                help=f"{o.help} (default: {o.default!r})" if defaults else o.help, **extra)
+            parser.add_argument(
+                o.flag,
+                type=o.type,
+                default=o.default if defaults else None,
+                choices=o.choices,
+                help=f"{o.help} (default: {o.default!r})" if defaults else o.help,
+                **extra,
+            )
 
 
 def to_argv(options: tuple[Option, ...], values: argparse.Namespace) -> list[str]:

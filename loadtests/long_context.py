@@ -1,6 +1,6 @@
 """Long prompts, short answers: prefill-heavy and KV-capacity-bound.
 
-    locust -f loadtests/long_context.py --host URL --prompt-tokens 8000 --output-tokens 64
+locust -f loadtests/long_context.py --host URL --prompt-tokens 8000 --output-tokens 64
 """
 
 from __future__ import annotations

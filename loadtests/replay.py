@@ -40,8 +40,13 @@ class ReplayUser(LLMUser):
                 break
             parts += words(random.Random(BLOCK_SEED_BASE + h), per_block)
         parts = parts[:total] + words(self.rng, total - len(parts))
-        return RequestSpec(prompt=" ".join(parts), max_tokens=output, target_prompt_tokens=prompt,
-                           target_output_tokens=output, prefix_id=entry.hash_ids[0] if entry.hash_ids else None)
+        return RequestSpec(
+            prompt=" ".join(parts),
+            max_tokens=output,
+            target_prompt_tokens=prompt,
+            target_output_tokens=output,
+            prefix_id=entry.hash_ids[0] if entry.hash_ids else None,
+        )
 
     def next_request(self) -> RequestSpec:  # never called: replay is always scheduled
         raise RuntimeError("replay requests come from the trace schedule")

@@ -26,7 +26,9 @@ class SharedPrefixUser(LLMUser):
         if cached is None:
             words = self.calibration.words_for(int(self.option("prefix_tokens")), include_overhead=False)
             base = PREFIX_SEED_BASE * (self.ctx.opts.seed + 1)
-            cached = self.ctx.cache["prefixes"] = [seeded_text(base + i, words) for i in range(int(self.option("num_prefixes")))]
+            cached = self.ctx.cache["prefixes"] = [
+                seeded_text(base + i, words) for i in range(int(self.option("num_prefixes")))
+            ]
         return cached
 
     def next_request(self) -> RequestSpec:
@@ -36,5 +38,11 @@ class SharedPrefixUser(LLMUser):
         target = int(self.option("prefix_tokens")) + suffix + round(self.calibration.overhead)
         _, output = self.fit_lengths(target, int(self.option("output_tokens")))
         user_turn = text(self.rng, self.calibration.words_for(suffix, include_overhead=False))
-        return RequestSpec(prompt=user_turn, system=prefixes[index], max_tokens=output, prefix_id=index,
-                           target_prompt_tokens=target, target_output_tokens=output)
+        return RequestSpec(
+            prompt=user_turn,
+            system=prefixes[index],
+            max_tokens=output,
+            prefix_id=index,
+            target_prompt_tokens=target,
+            target_output_tokens=output,
+        )

@@ -26,35 +26,94 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """Every engine flag; names follow vLLM's where vLLM has one."""
     d = EngineConfig()
     g = parser.add_argument_group("engine")
-    g.add_argument("--model", default=d.model, help="smollm2-135m, tiny-random, a .gguf file or a Hugging Face folder (default: %(default)s)")
+    g.add_argument(
+        "--model",
+        default=d.model,
+        help="smollm2-135m, tiny-random, a .gguf file or a Hugging Face folder (default: %(default)s)",
+    )
     size = g.add_mutually_exclusive_group()
-    size.add_argument("--num-blocks", type=int, help=f"KV blocks in the pool, null block included (default: {d.default_num_blocks})")
-    size.add_argument("--kv-cache-memory", type=int, metavar="BYTES", help="size the pool from a KV memory budget in bytes instead")
-    g.add_argument("--block-size", type=int, default=d.block_size, help="tokens per KV block (default: %(default)s)")
-    g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="most sequences running at once (default: %(default)s)")
-    g.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens, help="token budget per step (default: %(default)s)")
+    size.add_argument(
+        "--num-blocks",
+        type=int,
+        help=f"KV blocks in the pool, null block included (default: {d.default_num_blocks})",
+    )
+    size.add_argument(
+        "--kv-cache-memory",
+        type=int,
+        metavar="BYTES",
+        help="size the pool from a KV memory budget in bytes instead",
+    )
+    g.add_argument(
+        "--block-size", type=int, default=d.block_size, help="tokens per KV block (default: %(default)s)"
+    )
+    g.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=d.max_num_seqs,
+        help="most sequences running at once (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=d.max_num_batched_tokens,
+        help="token budget per step (default: %(default)s)",
+    )
     g.add_argument("--max-model-len", type=int, help="context limit per request (default: the model's)")
-    g.add_argument("--allocator", choices=ALLOCATORS, default=d.allocator,
-                   help="paged; contiguous: reserve max-model-len per request up front (the pre-paging baseline); "
-                   "contiguous-oracle: reserve prompt + max-tokens (default: %(default)s)")
-    g.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false", help="turn the prefix cache off")
-    g.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=("auto", "float32", "float16", "bfloat16", "fp8", "int8"),
-                   help="KV storage type; fp8 and int8 hold twice the tokens of 16-bit (default: %(default)s = model dtype)")
-    g.add_argument("--attention-backend", default=d.attention_backend, choices=("auto", "torch", "triton"),
-                   help="auto: Triton on CUDA, torch on CPU (default: %(default)s)")
-    g.add_argument("--dtype", default=d.dtype, choices=("float32", "float16", "bfloat16"), help="model compute dtype (default: %(default)s)")
+    g.add_argument(
+        "--allocator",
+        choices=ALLOCATORS,
+        default=d.allocator,
+        help="paged; contiguous: reserve max-model-len per request up front (the pre-paging baseline); "
+        "contiguous-oracle: reserve prompt + max-tokens (default: %(default)s)",
+    )
+    g.add_argument(
+        "--no-enable-prefix-caching",
+        dest="enable_prefix_caching",
+        action="store_false",
+        help="turn the prefix cache off",
+    )
+    g.add_argument(
+        "--kv-cache-dtype",
+        default=d.kv_cache_dtype,
+        choices=("auto", "float32", "float16", "bfloat16", "fp8", "int8"),
+        help="KV storage type; fp8 and int8 hold twice the tokens of 16-bit (default: %(default)s = model dtype)",
+    )
+    g.add_argument(
+        "--attention-backend",
+        default=d.attention_backend,
+        choices=("auto", "torch", "triton"),
+        help="auto: Triton on CUDA, torch on CPU (default: %(default)s)",
+    )
+    g.add_argument(
+        "--dtype",
+        default=d.dtype,
+        choices=("float32", "float16", "bfloat16"),
+        help="model compute dtype (default: %(default)s)",
+    )
     g.add_argument("--device", default=d.device, help="torch device (default: %(default)s)")
-    g.add_argument("--seed", type=int, default=d.seed, help="seed for tiny-random weights (default: %(default)s)")
+    g.add_argument(
+        "--seed", type=int, default=d.seed, help="seed for tiny-random weights (default: %(default)s)"
+    )
     g.add_argument("--num-threads", type=int, help="torch CPU threads (default: half the cores, at least 1)")
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
-        model=args.model, block_size=args.block_size, num_blocks=args.num_blocks, kv_cache_memory=args.kv_cache_memory,
-        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len, allocator=args.allocator, enable_prefix_caching=args.enable_prefix_caching,
-        kv_cache_dtype=args.kv_cache_dtype, attention_backend=args.attention_backend, dtype=args.dtype,
-        device=args.device, seed=args.seed, num_threads=args.num_threads,
+        model=args.model,
+        block_size=args.block_size,
+        num_blocks=args.num_blocks,
+        kv_cache_memory=args.kv_cache_memory,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len,
+        allocator=args.allocator,
+        enable_prefix_caching=args.enable_prefix_caching,
+        kv_cache_dtype=args.kv_cache_dtype,
+        attention_backend=args.attention_backend,
+        dtype=args.dtype,
+        device=args.device,
+        seed=args.seed,
+        num_threads=args.num_threads,
     )
 
 
@@ -62,13 +121,16 @@ def register(subparsers) -> None:
     engine = subparsers.add_parser("engine", help="run the bundled paged reference engine")
     sub = engine.add_subparsers(dest="engine_command", metavar="SUBCOMMAND", required=True)
     gen = sub.add_parser(
-        "generate", help="generate from prompts in-process and print throughput and KV statistics",
+        "generate",
+        help="generate from prompts in-process and print throughput and KV statistics",
         description="Generate completions for a batch of prompts and report throughput and KV-cache statistics. "
         "With no PROMPT, a built-in batch of factual prompts is used.",
     )
     add_engine_args(gen)
     s = gen.add_argument_group("sampling")
-    s.add_argument("--max-tokens", type=int, default=32, help="tokens to generate per prompt (default: %(default)s)")
+    s.add_argument(
+        "--max-tokens", type=int, default=32, help="tokens to generate per prompt (default: %(default)s)"
+    )
     s.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default: %(default)s)")
     s.add_argument("--top-p", type=float, default=1.0)
     s.add_argument("--n", type=int, default=1, help="completions per prompt (parallel sampling)")
@@ -87,15 +149,23 @@ def run_generate(args: argparse.Namespace) -> int:
 
     try:
         built = build_engine(config_from_args(args))
-        params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                                n=args.n, seed=args.sampling_seed)
+        params = SamplingParams(
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            n=args.n,
+            seed=args.sampling_seed,
+        )
         params.validate()
     except (ValueError, ModelLoadError) as exc:
         print(f"kvscope engine generate: error: {exc}", file=sys.stderr)
         return 2
     prompts = args.prompts or DEMO_PROMPTS
     if args.chat:
-        prompts = [built.tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True) for p in prompts]
+        prompts = [
+            built.tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
+            for p in prompts
+        ]
     start = time.perf_counter()
     try:
         results = built.engine.generate(prompts, params)
@@ -106,14 +176,24 @@ def run_generate(args: argparse.Namespace) -> int:
     stats = built.engine.stats.as_dict()
     out_tokens = sum(c.num_output_tokens for r in results for c in r.choices)
     summary = {
-        "model": built.model_name, "num_blocks": built.num_blocks, "block_size": args.block_size,
-        "kv_cache_dtype": built.kv_cache_dtype, "elapsed_s": round(elapsed, 3), "output_tokens": out_tokens,
-        "output_tokens_per_s": round(out_tokens / elapsed, 1) if elapsed else None, **stats,
+        "model": built.model_name,
+        "num_blocks": built.num_blocks,
+        "block_size": args.block_size,
+        "kv_cache_dtype": built.kv_cache_dtype,
+        "elapsed_s": round(elapsed, 3),
+        "output_tokens": out_tokens,
+        "output_tokens_per_s": round(out_tokens / elapsed, 1) if elapsed else None,
+        **stats,
     }
     if args.json:
         completions = [
-            {"prompt": p, "choices": [{"text": t, "token_ids": c.output_token_ids, "finish_reason": c.status.value}
-                                      for t, c in zip(r.texts, r.choices)]}
+            {
+                "prompt": p,
+                "choices": [
+                    {"text": t, "token_ids": c.output_token_ids, "finish_reason": c.status.value}
+                    for t, c in zip(r.texts, r.choices)
+                ],
+            }
             for p, r in zip(prompts, results)
         ]
         print(json.dumps({"completions": completions, "stats": summary}, indent=2))

@@ -88,7 +88,9 @@ class _Group:
 
     @property
     def finished(self) -> bool:
-        return len(self.sequences) == self.sequences[0].sampling_params.n and all(s.is_finished for s in self.sequences)
+        return len(self.sequences) == self.sequences[0].sampling_params.n and all(
+            s.is_finished for s in self.sequences
+        )
 
 
 def reservation_policy(allocator: AllocatorMode, max_model_len: int) -> Callable[[Request], int] | None:
@@ -96,15 +98,28 @@ def reservation_policy(allocator: AllocatorMode, max_model_len: int) -> Callable
     if allocator == "contiguous":
         return lambda request: max_model_len
     if allocator == "contiguous-oracle":
-        return lambda request: min(request.num_prompt_tokens + request.sampling_params.max_tokens, max_model_len)
+        return lambda request: min(
+            request.num_prompt_tokens + request.sampling_params.max_tokens, max_model_len
+        )
     return None
 
 
 class LLMEngine:
     def __init__(
-        self, *, executor: Executor, tokenizer: Tokenizer, num_blocks: int, block_size: int,
-        max_model_len: int, max_num_seqs: int, max_num_batched_tokens: int, enable_prefix_caching: bool,
-        allocator: AllocatorMode, watermark: float, eos_token_ids: tuple[int, ...], vocab_size: int,
+        self,
+        *,
+        executor: Executor,
+        tokenizer: Tokenizer,
+        num_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        enable_prefix_caching: bool,
+        allocator: AllocatorMode,
+        watermark: float,
+        eos_token_ids: tuple[int, ...],
+        vocab_size: int,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.executor = executor
@@ -115,7 +130,9 @@ class LLMEngine:
         self.vocab_size = vocab_size
         self.clock = clock
         self.kv = KVCacheManager(
-            num_blocks, block_size, enable_prefix_caching,
+            num_blocks,
+            block_size,
+            enable_prefix_caching,
             reservation=reservation_policy(allocator, max_model_len),
             watermark_blocks=int(watermark * num_blocks),
         )
@@ -124,7 +141,9 @@ class LLMEngine:
                 f"KV pool too small for even one request: contiguous allocation reserves "
                 f"{cdiv(max_model_len, block_size)} blocks per request but only {self.kv.usable_blocks} exist"
             )
-        self.scheduler = Scheduler(SchedulerLimits(max_num_seqs, max_num_batched_tokens, max_model_len), self.kv)
+        self.scheduler = Scheduler(
+            SchedulerLimits(max_num_seqs, max_num_batched_tokens, max_model_len), self.kv
+        )
         self.groups: dict[str, _Group] = {}
         self.stats = EngineStats(num_blocks=num_blocks, block_size=block_size)
         self._ids = itertools.count()
@@ -132,7 +151,10 @@ class LLMEngine:
     # -- admission -------------------------------------------------------------------
 
     def add_request(
-        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
         arrival_time: float | None = None,
     ) -> Request:
         """Validate and queue a request. Raises InvalidRequestError and changes nothing on bad input."""
@@ -143,8 +165,12 @@ class LLMEngine:
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._check_prompt(token_ids, params)
         request = Request(
-            request_id=request_id, token_ids=token_ids, num_prompt_tokens=len(token_ids), sampling_params=params,
-            arrival_time=self.clock() if arrival_time is None else arrival_time, eos_token_ids=self.eos_token_ids,
+            request_id=request_id,
+            token_ids=token_ids,
+            num_prompt_tokens=len(token_ids),
+            sampling_params=params,
+            arrival_time=self.clock() if arrival_time is None else arrival_time,
+            eos_token_ids=self.eos_token_ids,
         )
         self.groups[request_id] = _Group([request], {request_id: self._detokenizer(params)})
         self.scheduler.add_request(request)
@@ -154,17 +180,21 @@ class LLMEngine:
         if not token_ids:
             raise InvalidRequestError("the prompt is empty", "prompt")
         if any(not isinstance(t, int) or not 0 <= t < self.vocab_size for t in token_ids):
-            raise InvalidRequestError(f"prompt token ids must be integers in [0, {self.vocab_size})", "prompt")
+            raise InvalidRequestError(
+                f"prompt token ids must be integers in [0, {self.vocab_size})", "prompt"
+            )
         if len(token_ids) >= self.max_model_len:
             raise InvalidRequestError(
                 f"the prompt has {len(token_ids)} tokens, but max_model_len is {self.max_model_len} "
-                "(the prompt must leave room for at least one output token)", "prompt",
+                "(the prompt must leave room for at least one output token)",
+                "prompt",
             )
         longest = min(len(token_ids) + params.max_tokens, self.max_model_len)
         if cdiv(longest, self.block_size) > self.kv.usable_blocks:
             raise InvalidRequestError(
                 f"KV pool too small for this request: {longest} tokens need {cdiv(longest, self.block_size)} "
-                f"blocks of {self.block_size} tokens, the pool has {self.kv.usable_blocks}", "max_tokens",
+                f"blocks of {self.block_size} tokens, the pool has {self.kv.usable_blocks}",
+                "max_tokens",
             )
 
     def _detokenizer(self, params: SamplingParams) -> IncrementalDetokenizer:
@@ -201,26 +231,37 @@ class LLMEngine:
             if request.num_output_tokens == 1 and request.index == 0:
                 self.stats.prompt_tokens += request.num_prompt_tokens
                 self._fork_siblings(request, group, tokens[1:], logprobs[1:])
-                outputs.extend(self._emit(s, group, [s.token_ids[-1]], logprobs[s.index : s.index + 1])
-                               for s in group.sequences[1:])
+                outputs.extend(
+                    self._emit(s, group, [s.token_ids[-1]], logprobs[s.index : s.index + 1])
+                    for s in group.sequences[1:]
+                )
             outputs.append(self._emit(request, group, [tokens[0]], logprobs[:1]))
         self._drop_finished_groups()
         return outputs
 
-    def _fork_siblings(self, parent: Request, group: _Group, tokens: list[int], logprobs: list[TokenLogprob]) -> None:
+    def _fork_siblings(
+        self, parent: Request, group: _Group, tokens: list[int], logprobs: list[TokenLogprob]
+    ) -> None:
         for i, token in enumerate(tokens, start=1):
             child = Request(
-                request_id=f"{parent.request_id}#{i}", token_ids=parent.token_ids[:-1] + [token],
-                num_prompt_tokens=parent.num_prompt_tokens, sampling_params=parent.sampling_params,
-                arrival_time=parent.arrival_time, group_id=parent.group_id, index=i,
-                num_cached_tokens=parent.num_cached_tokens, eos_token_ids=parent.eos_token_ids,
+                request_id=f"{parent.request_id}#{i}",
+                token_ids=parent.token_ids[:-1] + [token],
+                num_prompt_tokens=parent.num_prompt_tokens,
+                sampling_params=parent.sampling_params,
+                arrival_time=parent.arrival_time,
+                group_id=parent.group_id,
+                index=i,
+                num_cached_tokens=parent.num_cached_tokens,
+                eos_token_ids=parent.eos_token_ids,
                 first_token_time=parent.first_token_time,
             )
             self.scheduler.fork(parent, child)
             group.sequences.append(child)
             group.detokenizers[child.request_id] = self._detokenizer(parent.sampling_params)
 
-    def _emit(self, seq: Request, group: _Group, new_tokens: list[int], logprobs: list[TokenLogprob]) -> SequenceOutput:
+    def _emit(
+        self, seq: Request, group: _Group, new_tokens: list[int], logprobs: list[TokenLogprob]
+    ) -> SequenceOutput:
         detok = group.detokenizers[seq.request_id]
         detok.add(new_tokens)
         reason = self._finish_reason(seq, new_tokens[-1])
@@ -263,6 +304,11 @@ class LLMEngine:
         results = []
         for rid, group in groups.items():
             seqs = sorted(group.sequences, key=lambda s: s.index)
-            texts = [group.detokenizers[s.request_id].final_text(group.detokenizers[s.request_id].find_stop()) for s in seqs]
-            results.append(GenerationResult(rid, seqs[0].prompt_token_ids, seqs, texts, group.prompt_logprobs))
+            texts = [
+                group.detokenizers[s.request_id].final_text(group.detokenizers[s.request_id].find_stop())
+                for s in seqs
+            ]
+            results.append(
+                GenerationResult(rid, seqs[0].prompt_token_ids, seqs, texts, group.prompt_logprobs)
+            )
         return results

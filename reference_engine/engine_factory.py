@@ -58,22 +58,39 @@ def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> Bui
     validate_attention_config(backend, config.block_size, mc.head_dim, config.kv_cache_dtype, config.device)
     max_model_len = config.max_model_len or mc.max_position_embeddings
     if max_model_len > mc.max_position_embeddings:
-        raise ConfigError(f"max_model_len {max_model_len} exceeds the model's context of {mc.max_position_embeddings}")
+        raise ConfigError(
+            f"max_model_len {max_model_len} exceeds the model's context of {mc.max_position_embeddings}"
+        )
     bytes_per_block = kv_cache_bytes_per_block(
         mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.kv_cache_dtype, config.dtype
     )
     num_blocks = size_pool(config, bytes_per_block)
     caches = allocate_kv_caches(
-        mc.num_layers, num_blocks, config.block_size, mc.num_kv_heads, mc.head_dim,
-        kv_cache_dtype=config.kv_cache_dtype, model_dtype=config.dtype, device=config.device,
+        mc.num_layers,
+        num_blocks,
+        config.block_size,
+        mc.num_kv_heads,
+        mc.head_dim,
+        kv_cache_dtype=config.kv_cache_dtype,
+        model_dtype=config.dtype,
+        device=config.device,
     )
     runner = ModelRunner(loaded, caches, config.block_size, backend)
     eos = tuple(loaded.tokenizer.eos_token_ids)
     engine = LLMEngine(
-        executor=ModelExecutor(runner, eos), tokenizer=loaded.tokenizer, num_blocks=num_blocks,
-        block_size=config.block_size, max_model_len=max_model_len, max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens, enable_prefix_caching=config.enable_prefix_caching,
-        allocator=config.allocator, watermark=config.watermark, eos_token_ids=eos,
+        executor=ModelExecutor(runner, eos),
+        tokenizer=loaded.tokenizer,
+        num_blocks=num_blocks,
+        block_size=config.block_size,
+        max_model_len=max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        enable_prefix_caching=config.enable_prefix_caching,
+        allocator=config.allocator,
+        watermark=config.watermark,
+        eos_token_ids=eos,
         vocab_size=mc.vocab_size,
     )
-    return BuiltEngine(engine, loaded, config.model, max_model_len, num_blocks, config.kv_cache_dtype, bytes_per_block)
+    return BuiltEngine(
+        engine, loaded, config.model, max_model_len, num_blocks, config.kv_cache_dtype, bytes_per_block
+    )

@@ -40,7 +40,10 @@ class EngineStats:
         self.num_preemptions = scheduler.num_preemptions
         ps = kv.prefix_stats
         self.prefix_cache_queries, self.prefix_cache_hits = ps.queries, ps.hits
-        self.preempted_prefix_cache_queries, self.preempted_prefix_cache_hits = ps.preempted_queries, ps.preempted_hits
+        self.preempted_prefix_cache_queries, self.preempted_prefix_cache_hits = (
+            ps.preempted_queries,
+            ps.preempted_hits,
+        )
         self.last_step_tokens = out.num_batched_tokens
         self.scheduled_tokens += out.num_batched_tokens
 

@@ -46,8 +46,12 @@ class PrefixCacheStats:
 
 class KVCacheManager:
     def __init__(
-        self, num_blocks: int, block_size: int, enable_caching: bool = True,
-        reservation: Callable[[Request], int] | None = None, watermark_blocks: int = 0,
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_caching: bool = True,
+        reservation: Callable[[Request], int] | None = None,
+        watermark_blocks: int = 0,
     ):
         """`reservation` set: contiguous mode, each request reserves that many tokens'
         blocks at admission (the pre-paging baseline) and never grows afterwards."""
@@ -95,7 +99,10 @@ class KVCacheManager:
         return max(0, cdiv(total_tokens, self.block_size) - num_held)
 
     def allocate_slots(
-        self, request: Request, num_new_tokens: int, computed: list[KVBlock] | None = None,
+        self,
+        request: Request,
+        num_new_tokens: int,
+        computed: list[KVBlock] | None = None,
         use_watermark: bool = False,
     ) -> list[int] | None:
         rid = request.request_id
@@ -105,7 +112,11 @@ class KVCacheManager:
             # the request already holds.
             first = request.num_computed_tokens // self.block_size
             total = request.num_computed_tokens + num_new_tokens
-            if first < len(blocks) and total <= min(len(blocks), first + 1) * self.block_size and blocks[first].ref_cnt == 1:
+            if (
+                first < len(blocks)
+                and total <= min(len(blocks), first + 1) * self.block_size
+                and blocks[first].ref_cnt == 1
+            ):
                 return self.req_block_ids[rid]
         if computed:
             assert not blocks, "computed blocks only apply to a request with no blocks yet"
@@ -168,7 +179,9 @@ class KVCacheManager:
         for i in range(num_full - 1, -1, -1):
             if blocks[i].block_hash is not None:
                 break  # everything before it was cached in an earlier step
-            self.pool.cache_full_block(blocks[i], request.block_hashes[i], tuple(request.token_ids[i * bs : (i + 1) * bs]))
+            self.pool.cache_full_block(
+                blocks[i], request.block_hashes[i], tuple(request.token_ids[i * bs : (i + 1) * bs])
+            )
 
     def fork(self, parent: Request, child: Request) -> None:
         """The child shares every block of the parent (parallel sampling, n > 1)."""

@@ -49,7 +49,9 @@ class ModelExecutor:
         ]
         result.sampled[request.request_id] = tokens
         if params.logprobs is not None:
-            result.logprobs[request.request_id] = [self.sampler.logprobs(logits, t, params.logprobs) for t in tokens]
+            result.logprobs[request.request_id] = [
+                self.sampler.logprobs(logits, t, params.logprobs) for t in tokens
+            ]
 
     def _prompt_logprobs(self, chunk: ScheduledChunk, logits: torch.Tensor) -> dict[int, TokenLogprob]:
         """Row j predicts the token at position start + j + 1; only prompt positions count."""

@@ -19,6 +19,7 @@ from reference_engine.scheduler_output import ScheduledChunk, SchedulerOutput
 if TYPE_CHECKING:
     from reference_engine.model.registry import LoadedModel
 
+
 @dataclass(slots=True)
 class ModelOutput:
     """`sample_logits[i]` belongs to the i-th chunk with `samples=True` (chunk order).
@@ -46,7 +47,9 @@ def _wants_prompt_logits(chunk: ScheduledChunk) -> bool:
     return req.sampling_params.prompt_logprobs is not None and chunk.start < req.num_prompt_tokens
 
 
-def build_step_inputs(chunks: list[ScheduledChunk], block_size: int, device: str | torch.device) -> StepInputs:
+def build_step_inputs(
+    chunks: list[ScheduledChunk], block_size: int, device: str | torch.device
+) -> StepInputs:
     """Flatten chunks request after request (the AttentionMetadata layout).
 
     Token at position p of a chunk lives in slot `block_ids[p // block_size] * block_size
@@ -61,11 +64,15 @@ def build_step_inputs(chunks: list[ScheduledChunk], block_size: int, device: str
     for chunk in chunks:
         req, start, end = chunk.request, chunk.start, chunk.end
         if len(chunk.block_ids) * block_size < end:
-            raise ValueError(f"request {req.request_id}: {len(chunk.block_ids)} blocks cannot hold {end} tokens")
+            raise ValueError(
+                f"request {req.request_id}: {len(chunk.block_ids)} blocks cannot hold {end} tokens"
+            )
         row0 = len(ids)
         ids.extend(req.token_ids[start:end])
         positions.extend(range(start, end))
-        slots.extend(chunk.block_ids[p // block_size] * block_size + p % block_size for p in range(start, end))
+        slots.extend(
+            chunk.block_ids[p // block_size] * block_size + p % block_size for p in range(start, end)
+        )
         query_start.append(len(ids))
         if chunk.samples:
             sample_rows.append(len(ids) - 1)
@@ -103,7 +110,9 @@ class ModelRunner:
         attention_backend: AttentionBackend | None = None,
     ):
         if kv_caches and kv_caches[0].block_size != block_size:
-            raise ValueError(f"KV caches have block size {kv_caches[0].block_size}, runner was given {block_size}")
+            raise ValueError(
+                f"KV caches have block size {kv_caches[0].block_size}, runner was given {block_size}"
+            )
         self.loaded = loaded_model
         self.model = loaded_model.model
         self.kv_caches = kv_caches

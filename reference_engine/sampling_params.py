@@ -31,15 +31,21 @@ class SamplingParams:
 
     def validate(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise InvalidRequestError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}", "max_tokens")
+            raise InvalidRequestError(
+                f"max_tokens must be an integer >= 1, got {self.max_tokens!r}", "max_tokens"
+            )
         if not 0.0 <= self.temperature <= 100.0:
-            raise InvalidRequestError(f"temperature must be in [0, 100], got {self.temperature!r}", "temperature")
+            raise InvalidRequestError(
+                f"temperature must be in [0, 100], got {self.temperature!r}", "temperature"
+            )
         if not 0.0 < self.top_p <= 1.0:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}", "top_p")
         if not isinstance(self.n, int) or not 1 <= self.n <= 16:
             raise InvalidRequestError(f"n must be an integer in [1, 16], got {self.n!r}", "n")
         if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
-            raise InvalidRequestError(f"min_tokens must be in [0, max_tokens], got {self.min_tokens!r}", "min_tokens")
+            raise InvalidRequestError(
+                f"min_tokens must be in [0, max_tokens], got {self.min_tokens!r}", "min_tokens"
+            )
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or not 0 <= value <= 20):

@@ -67,7 +67,9 @@ class Scheduler:
 
         # Admitting after a preemption would hand the freed blocks to newcomers and evict
         # the same requests again next step.
-        while not out.preempted and self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
+        while (
+            not out.preempted and self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs
+        ):
             request = self.waiting[0]
             computed = self.kv.get_computed_blocks(request)
             num_computed = len(computed) * self.kv.block_size
@@ -97,7 +99,9 @@ class Scheduler:
 
     @staticmethod
     def _chunk(request: Request, start: int, num_new: int, block_ids: list[int]) -> ScheduledChunk:
-        return ScheduledChunk(request, start, num_new, block_ids, samples=start + num_new == request.num_tokens)
+        return ScheduledChunk(
+            request, start, num_new, block_ids, samples=start + num_new == request.num_tokens
+        )
 
     def _preempt(self, request: Request) -> None:
         self.kv.free(request)

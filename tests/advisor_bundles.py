@@ -75,7 +75,7 @@ def prompt_text(req: Req, index: int, timestamped: bool) -> str:
     shared = _words(random.Random(104_729 * (req.prefix_group + 1)), req.prefix_tokens)
     if timestamped:
         stamp = f"Now: 2026-01-{1 + index % 28:02d}T{index % 24:02d}:{index * 7 % 60:02d}:{index * 13 % 60:02d}Z. "
-        shared = stamp + shared[len(stamp):]
+        shared = stamp + shared[len(stamp) :]
     return shared + _words(own, req.prompt_tokens - req.prefix_tokens)
 
 
@@ -90,14 +90,24 @@ def _ids(req: Req, index: int, timestamped: bool) -> list[int]:
     return shared + [own.randrange(1000, 60_000) for _ in range(req.prompt_tokens - len(shared))]
 
 
-def simulate_bundle(out: Path, trace: list[Req], spec: SimSpec | None, engine: EngineConfig,
-                    engine_argv: list[str], timestamped: bool = False, model: str = "tiny-random",
-                    fingerprints: bool = True, workload: str = "synthetic") -> Path:
+def simulate_bundle(
+    out: Path,
+    trace: list[Req],
+    spec: SimSpec | None,
+    engine: EngineConfig,
+    engine_argv: list[str],
+    timestamped: bool = False,
+    model: str = "tiny-random",
+    fingerprints: bool = True,
+    workload: str = "synthetic",
+) -> Path:
     """Run `trace` on the simulator and write a bundle to `out` (see the module doc).
     `spec` None: a real-engine run's stand-in (SmolLM2 on an L4), flags without --simulate."""
     out.mkdir(parents=True, exist_ok=True)
     clock = _Clock()
-    sim = build_sim_engine(spec or SimSpec("smollm2-135m", "l4"), engine, tokenizer=_Tok(), vocab=range(1000, 60_000))
+    sim = build_sim_engine(
+        spec or SimSpec("smollm2-135m", "l4"), engine, tokenizer=_Tok(), vocab=range(1000, 60_000)
+    )
     sim.executor.clock = sim.engine.clock = clock.now
     sim.executor.sleeper = clock.advance
     eng, kv = sim.engine, sim.engine.kv
@@ -109,32 +119,66 @@ def simulate_bundle(out: Path, trace: list[Req], spec: SimSpec | None, engine: E
 
     def sample() -> None:
         st = eng.stats
-        samples.append({
-            "time_unix": T0 + clock.t, "target": "http://127.0.0.1:8000", "model": model, "instance": "0",
-            "kv_usage_ratio": kv.pool.usage(), "kv_capacity_blocks": float(sim.num_blocks),
-            "kv_block_size_tokens": float(engine.block_size), "kv_capacity_tokens": float(sim.num_blocks * engine.block_size),
-            "prefix_cache_queries_tokens": float(st.prefix_cache_queries), "prefix_cache_hits_tokens": float(st.prefix_cache_hits),
-            "preemptions": float(eng.scheduler.num_preemptions), "requests_running": float(len(eng.scheduler.running)),
-            "requests_waiting": float(len(eng.scheduler.waiting)), "prompt_tokens": float(st.prompt_tokens),
-            "generation_tokens": float(st.generation_tokens), "requests_finished": float(finished), "up": True})
+        samples.append(
+            {
+                "time_unix": T0 + clock.t,
+                "target": "http://127.0.0.1:8000",
+                "model": model,
+                "instance": "0",
+                "kv_usage_ratio": kv.pool.usage(),
+                "kv_capacity_blocks": float(sim.num_blocks),
+                "kv_block_size_tokens": float(engine.block_size),
+                "kv_capacity_tokens": float(sim.num_blocks * engine.block_size),
+                "prefix_cache_queries_tokens": float(st.prefix_cache_queries),
+                "prefix_cache_hits_tokens": float(st.prefix_cache_hits),
+                "preemptions": float(eng.scheduler.num_preemptions),
+                "requests_running": float(len(eng.scheduler.running)),
+                "requests_waiting": float(len(eng.scheduler.waiting)),
+                "prompt_tokens": float(st.prompt_tokens),
+                "generation_tokens": float(st.generation_tokens),
+                "requests_finished": float(finished),
+                "up": True,
+            }
+        )
 
     while pending or eng.has_unfinished():
         while pending and pending[0][1].arrival_s <= clock.t:
             i, req = pending.pop(0)
             rid = f"r{i}"
             text = prompt_text(req, i, timestamped)
-            row = {"request_id": rid, "worker_id": "w0", "workload": workload, "endpoint": "completions",
-                   "send_time_unix": T0 + req.arrival_s, "prompt_tokens": req.prompt_tokens, "output_tokens": 0,
-                   "target_prompt_tokens": req.prompt_tokens, "target_output_tokens": req.output_tokens,
-                   "itl_s": [], "ok": False, "status_code": 200, "usage_source": "server", "phase": "measure",
-                   "n": 1, "server_num_preemptions": 0, "cached_tokens": 0, "_last": None}
+            row = {
+                "request_id": rid,
+                "worker_id": "w0",
+                "workload": workload,
+                "endpoint": "completions",
+                "send_time_unix": T0 + req.arrival_s,
+                "prompt_tokens": req.prompt_tokens,
+                "output_tokens": 0,
+                "target_prompt_tokens": req.prompt_tokens,
+                "target_output_tokens": req.output_tokens,
+                "itl_s": [],
+                "ok": False,
+                "status_code": 200,
+                "usage_source": "server",
+                "phase": "measure",
+                "n": 1,
+                "server_num_preemptions": 0,
+                "cached_tokens": 0,
+                "_last": None,
+            }
             if fingerprints:
                 row.update(record_columns({"prompt": text}))
             try:
-                eng.add_request(_ids(req, i, timestamped), SamplingParams(max_tokens=req.output_tokens, ignore_eos=True),
-                                request_id=rid, arrival_time=req.arrival_s)
+                eng.add_request(
+                    _ids(req, i, timestamped),
+                    SamplingParams(max_tokens=req.output_tokens, ignore_eos=True),
+                    request_id=rid,
+                    arrival_time=req.arrival_s,
+                )
             except InvalidRequestError:
-                row.update(status_code=400, error_class="http_4xx", ok=False, prompt_tokens=None, output_tokens=None)
+                row.update(
+                    status_code=400, error_class="http_4xx", ok=False, prompt_tokens=None, output_tokens=None
+                )
             rows[rid] = row
         if not eng.has_unfinished():
             clock.t = pending[0][1].arrival_s
@@ -171,16 +215,33 @@ def simulate_bundle(out: Path, trace: list[Req], spec: SimSpec | None, engine: E
 
 def sim_argv(spec: SimSpec, engine: EngineConfig) -> list[str]:
     """The engine flags `kvscope run --simulate` would record for this spec and config."""
-    argv = ["--simulate", "--sim-model", spec.model, "--sim-gpu", spec.gpu,
-            "--tensor-parallel-size", str(spec.tensor_parallel_size),
-            "--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+    argv = [
+        "--simulate",
+        "--sim-model",
+        spec.model,
+        "--sim-gpu",
+        spec.gpu,
+        "--tensor-parallel-size",
+        str(spec.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        str(spec.gpu_memory_utilization),
+    ]
     return argv + engine_argv(engine)
 
 
 def engine_argv(engine: EngineConfig) -> list[str]:
-    argv = ["--max-num-seqs", str(engine.max_num_seqs), "--max-num-batched-tokens", str(engine.max_num_batched_tokens),
-            "--block-size", str(engine.block_size), "--allocator", engine.allocator,
-            "--kv-cache-dtype", engine.kv_cache_dtype]
+    argv = [
+        "--max-num-seqs",
+        str(engine.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(engine.max_num_batched_tokens),
+        "--block-size",
+        str(engine.block_size),
+        "--allocator",
+        engine.allocator,
+        "--kv-cache-dtype",
+        engine.kv_cache_dtype,
+    ]
     if engine.max_model_len:
         argv += ["--max-model-len", str(engine.max_model_len)]
     if engine.num_blocks:
@@ -195,8 +256,17 @@ def long_requests(n: int, gap_s: float, seed: int = 0, prompt=(1500, 2500), outp
     return [Req(i * gap_s, rng.randint(*prompt), rng.randint(*output)) for i in range(n)]
 
 
-def shared_prefix_requests(n: int, gap_s: float, prefix_tokens: int, suffix=(40, 120), output=(20, 60),
-                           groups: int = 1, seed: int = 0) -> list[Req]:
+def shared_prefix_requests(
+    n: int,
+    gap_s: float,
+    prefix_tokens: int,
+    suffix=(40, 120),
+    output=(20, 60),
+    groups: int = 1,
+    seed: int = 0,
+) -> list[Req]:
     rng = random.Random(seed)
-    return [Req(i * gap_s, prefix_tokens + rng.randint(*suffix), rng.randint(*output), i % groups, prefix_tokens)
-            for i in range(n)]
+    return [
+        Req(i * gap_s, prefix_tokens + rng.randint(*suffix), rng.randint(*output), i % groups, prefix_tokens)
+        for i in range(n)
+    ]

@@ -21,7 +21,18 @@ from harness.procs import free_port
 
 
 def serve_argv(port: int, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "harness.cli", "engine", "serve", "--host", "127.0.0.1", "--port", str(port), *flags]
+    return [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "engine",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *flags,
+    ]
 
 
 @contextmanager
@@ -35,6 +46,11 @@ def engine(log_dir: Path, *flags: str, timeout_s: float = 180.0) -> Iterator[str
 def kvscope(*args: str, timeout_s: float = 300.0) -> tuple[int, str, float]:
     """(exit status, stdout+stderr, seconds) of `kvscope ARGS`."""
     start = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
-                         timeout=timeout_s, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=ROOT,
+    )
     return out.returncode, out.stdout + out.stderr, time.monotonic() - start

@@ -36,13 +36,20 @@ class PagedBatch:
 
     def new_cache(self) -> LayerKVCache:
         n_kv, d = self.key.shape[1:]
-        return allocate_kv_caches(1, self.num_blocks, self.block_size, n_kv, d, self.query.dtype,
-                                  kv_cache_dtype=self.kv_cache_dtype)[0]
+        return allocate_kv_caches(
+            1, self.num_blocks, self.block_size, n_kv, d, self.query.dtype, kv_cache_dtype=self.kv_cache_dtype
+        )[0]
 
 
 def make_batch(
-    seqs: list[tuple[int, int]], block_size: int, num_kv_heads: int, group: int, head_dim: int,
-    kv_cache_dtype: str, num_pad: int = 0, seed: int = 0,
+    seqs: list[tuple[int, int]],
+    block_size: int,
+    num_kv_heads: int,
+    group: int,
+    head_dim: int,
+    kv_cache_dtype: str,
+    num_pad: int = 0,
+    seed: int = 0,
 ) -> PagedBatch:
     """`seqs` is (cached context length, query length) per sequence; `num_pad` rows of padding
     (slot -1) follow the batch."""
@@ -71,8 +78,10 @@ def make_batch(
         block_tables=tables,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
         query_start_loc=torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32),
-        max_query_len=max(query_lens), max_seq_len=max(seq_lens),
-        seq_lens_host=seq_lens, query_lens_host=query_lens,
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        seq_lens_host=seq_lens,
+        query_lens_host=query_lens,
     )
     num_prefix = len(prefix_slots)
     return PagedBatch(
@@ -83,7 +92,9 @@ def make_batch(
         prefix_key=randn(num_prefix, num_kv_heads, head_dim, scale=2.0),
         prefix_value=randn(num_prefix, num_kv_heads, head_dim),
         prefix_slots=torch.tensor(prefix_slots, dtype=torch.int64),
-        num_blocks=num_blocks, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        kv_cache_dtype=kv_cache_dtype,
     )
 
 

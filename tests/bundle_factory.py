@@ -52,32 +52,58 @@ def make_frames(spec: Spec) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     rows = []
     for i in range(len(rel)):
         good = bool(ok[i])
-        rows.append({
-            "request_id": f"r{i}", "worker_id": "w0", "workload": "chat", "endpoint": "chat",
-            "send_time_unix": float(send[i]),
-            "scheduled_time_unix": float(send[i] - spec.schedule_lag_s) if spec.schedule_lag_s is not None else np.nan,
-            "schedule_lag_s": spec.schedule_lag_s if spec.schedule_lag_s is not None else np.nan,
-            "ttft_s": float(ttft[i]) if good else np.nan, "e2e_s": float(e2e[i]) if good else 0.01,
-            "itl_s": itl[i] if good else [], "num_chunks": int(out_tokens[i]) if good else 0,
-            "prompt_tokens": int(100 + i % 50) if good else None, "output_tokens": int(out_tokens[i]) if good else None,
-            "usage_source": "server" if good else "none", "cached_tokens": 0,
-            "target_prompt_tokens": 100, "target_output_tokens": 64, "finish_reason": "length" if good else None,
-            "status_code": 200 if good else 500, "error_class": None if good else "http_5xx", "ok": good,
-            "server_queue_time_s": float(server_ttft[i] * 0.5) if spec.server_timings and good else np.nan,
-            "server_prefill_time_s": np.nan,
-            "server_ttft_s": float(server_ttft[i]) if spec.server_timings and good else np.nan,
-            "server_decode_time_s": np.nan,
-            "server_e2e_s": float(e2e[i] - spec.overhead_s) if spec.server_timings and good else np.nan,
-            "server_num_preemptions": (1 if late[i] else 0) if spec.server_timings else None,
-            "server_cached_prompt_tokens": 0, "error_message": None if good else "boom <b>",
-            "phase": "measure", "n": 1, "prefix_id": None,
-        })
+        rows.append(
+            {
+                "request_id": f"r{i}",
+                "worker_id": "w0",
+                "workload": "chat",
+                "endpoint": "chat",
+                "send_time_unix": float(send[i]),
+                "scheduled_time_unix": float(send[i] - spec.schedule_lag_s)
+                if spec.schedule_lag_s is not None
+                else np.nan,
+                "schedule_lag_s": spec.schedule_lag_s if spec.schedule_lag_s is not None else np.nan,
+                "ttft_s": float(ttft[i]) if good else np.nan,
+                "e2e_s": float(e2e[i]) if good else 0.01,
+                "itl_s": itl[i] if good else [],
+                "num_chunks": int(out_tokens[i]) if good else 0,
+                "prompt_tokens": int(100 + i % 50) if good else None,
+                "output_tokens": int(out_tokens[i]) if good else None,
+                "usage_source": "server" if good else "none",
+                "cached_tokens": 0,
+                "target_prompt_tokens": 100,
+                "target_output_tokens": 64,
+                "finish_reason": "length" if good else None,
+                "status_code": 200 if good else 500,
+                "error_class": None if good else "http_5xx",
+                "ok": good,
+                "server_queue_time_s": float(server_ttft[i] * 0.5)
+                if spec.server_timings and good
+                else np.nan,
+                "server_prefill_time_s": np.nan,
+                "server_ttft_s": float(server_ttft[i]) if spec.server_timings and good else np.nan,
+                "server_decode_time_s": np.nan,
+                "server_e2e_s": float(e2e[i] - spec.overhead_s) if spec.server_timings and good else np.nan,
+                "server_num_preemptions": (1 if late[i] else 0) if spec.server_timings else None,
+                "server_cached_prompt_tokens": 0,
+                "error_message": None if good else "boom <b>",
+                "phase": "measure",
+                "n": 1,
+                "prefix_id": None,
+            }
+        )
     requests = pd.DataFrame(rows)
     times = T0 - 1.0 + np.arange(0.0, spec.duration_s + 4.0, 1.0)
     t_rel = times - T0
     usage = np.clip(0.2 + 0.8 * t_rel / spec.duration_s, 0.0, 1.0)
-    pre = np.where(t_rel >= (spec.preempt_at_s if spec.preempt_at_s is not None else np.inf),
-                   np.floor(t_rel - (spec.preempt_at_s or 0)) * 2 + 2, 0.0) + 5.0  # starts at 5: not from zero
+    pre = (
+        np.where(
+            t_rel >= (spec.preempt_at_s if spec.preempt_at_s is not None else np.inf),
+            np.floor(t_rel - (spec.preempt_at_s or 0)) * 2 + 2,
+            0.0,
+        )
+        + 5.0
+    )  # starts at 5: not from zero
     queries = np.cumsum(np.full(len(times), 1000.0))
     hits = np.cumsum(np.full(len(times), 250.0))
     if spec.counter_reset_at_s is not None:
@@ -85,14 +111,27 @@ def make_frames(spec: Spec) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
         base = np.argmax(k)
         for arr in (pre, queries, hits):
             arr[k] = arr[k] - arr[base] + (arr[base] - arr[base - 1])
-    srv = pd.DataFrame({
-        "time_unix": times, "target": spec.target, "model": spec.model, "instance": "0", "up": True,
-        "kv_usage_ratio": usage, "kv_capacity_blocks": 100.0, "kv_block_size_tokens": 16.0, "kv_capacity_tokens": 1600.0,
-        "prefix_cache_queries_tokens": queries, "prefix_cache_hits_tokens": hits, "preemptions": pre,
-        "requests_running": np.minimum(16, 1 + t_rel.clip(0)), "requests_waiting": (t_rel - 20).clip(0),
-        "prompt_tokens": np.cumsum(np.full(len(times), 1000.0)), "generation_tokens": np.cumsum(np.full(len(times), 300.0)),
-        "requests_finished": np.cumsum(np.full(len(times), 5.0)),
-    })
+    srv = pd.DataFrame(
+        {
+            "time_unix": times,
+            "target": spec.target,
+            "model": spec.model,
+            "instance": "0",
+            "up": True,
+            "kv_usage_ratio": usage,
+            "kv_capacity_blocks": 100.0,
+            "kv_block_size_tokens": 16.0,
+            "kv_capacity_tokens": 1600.0,
+            "prefix_cache_queries_tokens": queries,
+            "prefix_cache_hits_tokens": hits,
+            "preemptions": pre,
+            "requests_running": np.minimum(16, 1 + t_rel.clip(0)),
+            "requests_waiting": (t_rel - 20).clip(0),
+            "prompt_tokens": np.cumsum(np.full(len(times), 1000.0)),
+            "generation_tokens": np.cumsum(np.full(len(times), 300.0)),
+            "requests_finished": np.cumsum(np.full(len(times), 5.0)),
+        }
+    )
     if spec.histograms:
         bounds = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, "+Inf"]
         fin = np.array([b for b in bounds if b != "+Inf"], dtype=float)
@@ -100,11 +139,28 @@ def make_frames(spec: Spec) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
         for t in times:
             seen = server_ttft[send <= t]
             counts = [int((seen <= b).sum()) for b in fin] + [len(seen)]
-            hist.append(json.dumps({"time_to_first_token_seconds": {"bounds": bounds, "counts": counts,
-                                                                      "sum": float(seen.sum()), "count": len(seen)}}))
+            hist.append(
+                json.dumps(
+                    {
+                        "time_to_first_token_seconds": {
+                            "bounds": bounds,
+                            "counts": counts,
+                            "sum": float(seen.sum()),
+                            "count": len(seen),
+                        }
+                    }
+                )
+            )
         srv["histograms"] = hist
-    run = {"workload": "chat", "model": spec.model, "target": spec.target, "start": T0, "end": T0 + spec.duration_s,
-           "config": {"users": 8}, **(spec.run_extra or {})}
+    run = {
+        "workload": "chat",
+        "model": spec.model,
+        "target": spec.target,
+        "start": T0,
+        "end": T0 + spec.duration_s,
+        "config": {"users": 8},
+        **(spec.run_extra or {}),
+    }
     return run, requests, srv
 
 

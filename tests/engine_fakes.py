@@ -29,7 +29,9 @@ class ContextHashExecutor:
             req = chunk.request
             ctx = req.token_ids[: chunk.end]
             n = req.sampling_params.n if req.num_output_tokens == 0 and req.index == 0 else 1
-            sampled[req.request_id] = [self.next_token(ctx, req.request_id if n > 1 else "", i) for i in range(n)]
+            sampled[req.request_id] = [
+                self.next_token(ctx, req.request_id if n > 1 else "", i) for i in range(n)
+            ]
         return StepResult(sampled)
 
     @staticmethod
@@ -46,13 +48,29 @@ class CharTokenizer:
         return "".join(chr(ord("a") + t % 26) for t in token_ids)
 
 
-def make_engine(num_blocks=64, block_size=4, max_model_len=256, max_num_seqs=16, max_num_batched_tokens=64,
-                enable_prefix_caching=True, allocator="paged", watermark=0.0) -> LLMEngine:
+def make_engine(
+    num_blocks=64,
+    block_size=4,
+    max_model_len=256,
+    max_num_seqs=16,
+    max_num_batched_tokens=64,
+    enable_prefix_caching=True,
+    allocator="paged",
+    watermark=0.0,
+) -> LLMEngine:
     return LLMEngine(
-        executor=ContextHashExecutor(), tokenizer=CharTokenizer(), num_blocks=num_blocks, block_size=block_size,
-        max_model_len=max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        enable_prefix_caching=enable_prefix_caching, allocator=allocator, watermark=watermark,
-        eos_token_ids=(EOS,), vocab_size=VOCAB,
+        executor=ContextHashExecutor(),
+        tokenizer=CharTokenizer(),
+        num_blocks=num_blocks,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=enable_prefix_caching,
+        allocator=allocator,
+        watermark=watermark,
+        eos_token_ids=(EOS,),
+        vocab_size=VOCAB,
     )
 
 

@@ -21,8 +21,11 @@ MODEL = "standin"
 
 
 def _chunk(chat: bool, text: str, finish: str | None, index: int = 0) -> dict:
-    choice = ({"index": index, "delta": {"content": text}, "finish_reason": finish} if chat
-              else {"index": index, "text": text, "finish_reason": finish})
+    choice = (
+        {"index": index, "delta": {"content": text}, "finish_reason": finish}
+        if chat
+        else {"index": index, "text": text, "finish_reason": finish}
+    )
     return {"id": "x", "object": "chat.completion.chunk" if chat else "text_completion", "choices": [choice]}
 
 
@@ -36,9 +39,12 @@ def make_app(mode: str, gap_s: float) -> web.Application:
         return web.Response(text="ok")
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=(
-            "# TYPE vllm:request_success_total counter\n"
-            f'vllm:request_success_total{{model_name="{MODEL}",finished_reason="length"}} {counts["ok"]}\n'))
+        return web.Response(
+            text=(
+                "# TYPE vllm:request_success_total counter\n"
+                f'vllm:request_success_total{{model_name="{MODEL}",finished_reason="length"}} {counts["ok"]}\n'
+            )
+        )
 
     async def generate(request: web.Request) -> web.StreamResponse:
         arrival, t0 = time.time(), time.perf_counter()
@@ -46,7 +52,11 @@ def make_app(mode: str, gap_s: float) -> web.Application:
         chat = request.path.endswith("chat/completions")
         counts["n"] += 1
         k = counts["n"]
-        kind = mode if mode != "mixed" else ("status_500" if k % 3 == 0 else "status_429" if k % 3 == 1 else "ok")
+        kind = (
+            mode
+            if mode != "mixed"
+            else ("status_500" if k % 3 == 0 else "status_429" if k % 3 == 1 else "ok")
+        )
         if kind == "status_500":
             return web.json_response({"error": {"message": "boom", "type": "server_error"}}, status=500)
         if kind == "status_429":
@@ -67,12 +77,22 @@ def make_app(mode: str, gap_s: float) -> web.Application:
                 await resp.write(b"data: " + json.dumps(_chunk(chat, "tok ", finish, c)).encode() + b"\n\n")
         final: dict = {"id": "x", "choices": []}
         if kind != "no_usage" and (body.get("stream_options") or {}).get("include_usage"):
-            final["usage"] = {"prompt_tokens": len(prompt.split()) + (7 if chat else 0), "completion_tokens": max_tokens * n,
-                              "prompt_tokens_details": {"cached_tokens": 0}}
+            final["usage"] = {
+                "prompt_tokens": len(prompt.split()) + (7 if chat else 0),
+                "completion_tokens": max_tokens * n,
+                "prompt_tokens_details": {"cached_tokens": 0},
+            }
         end = time.perf_counter()
-        final["kvscope"] = {"queue_time_s": 0.0, "prefill_time_s": first - t0 if first else None,
-                            "ttft_s": first - t0 if first else None, "decode_time_s": end - (first or t0),
-                            "e2e_s": end - t0, "num_preemptions": 0, "cached_prompt_tokens": 0, "arrival_unix": arrival}
+        final["kvscope"] = {
+            "queue_time_s": 0.0,
+            "prefill_time_s": first - t0 if first else None,
+            "ttft_s": first - t0 if first else None,
+            "decode_time_s": end - (first or t0),
+            "e2e_s": end - t0,
+            "num_preemptions": 0,
+            "cached_prompt_tokens": 0,
+            "arrival_unix": arrival,
+        }
         counts["ok"] += 1
         await resp.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
         await resp.write_eof()

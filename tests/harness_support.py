@@ -36,8 +36,20 @@ def server(argv: list[str], port: int, health: str, timeout_s: float, log: Path)
 @contextmanager
 def engine(tmp: Path, *flags: str) -> Iterator[str]:
     port = free_port()
-    argv = [sys.executable, "-m", "harness.cli", "engine", "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--model", "tiny-random", *flags]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "engine",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        "tiny-random",
+        *flags,
+    ]
     with server(argv, port, "/health", 180.0, tmp / "engine.log") as url:
         yield url
 
@@ -45,8 +57,13 @@ def engine(tmp: Path, *flags: str) -> Iterator[str]:
 @contextmanager
 def standin(tmp: Path, mode: str, gap_s: float = 0.005) -> Iterator[str]:
     port = free_port()
-    with server([sys.executable, str(STANDIN), str(port), mode, str(gap_s)], port, "/health", 30.0,
-                tmp / f"standin-{mode}.log") as url:
+    with server(
+        [sys.executable, str(STANDIN), str(port), mode, str(gap_s)],
+        port,
+        "/health",
+        30.0,
+        tmp / f"standin-{mode}.log",
+    ) as url:
         yield url
 
 
@@ -72,6 +89,11 @@ def locust_requests(stats_json: Path) -> tuple[int, int]:
 def kvscope_run(*args: str, timeout_s: float = 240.0) -> tuple[int, str, float]:
     """(exit status, stderr+stdout, seconds) of `kvscope run ARGS`."""
     start = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--quiet", *args], capture_output=True,
-                         text=True, timeout=timeout_s, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", "--quiet", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=ROOT,
+    )
     return out.returncode, out.stdout + out.stderr, time.monotonic() - start

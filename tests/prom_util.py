@@ -61,16 +61,31 @@ def _job_groups(targets: Sequence[str]) -> dict[tuple[str, str], list[str]]:
     return groups
 
 
-def write_config(directory: Path, scrape_targets: Sequence[str], rule_files: Sequence[str | Path] = (),
-                 scrape_interval: str = "1s") -> Path:
+def write_config(
+    directory: Path,
+    scrape_targets: Sequence[str],
+    rule_files: Sequence[str | Path] = (),
+    scrape_interval: str = "1s",
+) -> Path:
     """prometheus.yml for the targets (JSON is valid YAML, so no YAML library is needed)."""
     jobs = []
     for i, ((scheme, path), hosts) in enumerate(_job_groups(scrape_targets).items()):
-        jobs.append({"job_name": "kvscope" if i == 0 else f"kvscope-{i}", "honor_labels": True,
-                     "scheme": scheme, "metrics_path": path, "scrape_interval": scrape_interval,
-                     "scrape_timeout": scrape_interval, "static_configs": [{"targets": list(hosts)}]})
-    config = {"global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-              "rule_files": [str(Path(r).resolve()) for r in rule_files], "scrape_configs": jobs}
+        jobs.append(
+            {
+                "job_name": "kvscope" if i == 0 else f"kvscope-{i}",
+                "honor_labels": True,
+                "scheme": scheme,
+                "metrics_path": path,
+                "scrape_interval": scrape_interval,
+                "scrape_timeout": scrape_interval,
+                "static_configs": [{"targets": list(hosts)}],
+            }
+        )
+    config = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "rule_files": [str(Path(r).resolve()) for r in rule_files],
+        "scrape_configs": jobs,
+    }
     path = directory / "prometheus.yml"
     path.write_text(json.dumps(config, indent=2))
     return path
@@ -98,15 +113,25 @@ def running_prometheus(config: Path, work: Path, ready_timeout: float = 30.0) ->
     base = f"http://127.0.0.1:{port}"
     log = open(work / "prometheus.log", "wb")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=work)
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={work / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=work,
+    )
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {proc.returncode}: "
-                                   f"{(work / 'prometheus.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"prometheus exited with {proc.returncode}: "
+                    f"{(work / 'prometheus.log').read_text()[-2000:]}"
+                )
             try:
                 with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as r:  # noqa: S310
                     if r.status == 200:
@@ -123,8 +148,13 @@ def running_prometheus(config: Path, work: Path, ready_timeout: float = 30.0) ->
 
 
 @contextlib.contextmanager
-def start_prometheus(tmp_path: Path, scrape_targets: list[str], rule_files: Sequence[str | Path] = (),
-                     scrape_interval: str = "1s", ready_timeout: float = 30.0) -> Iterator[str]:
+def start_prometheus(
+    tmp_path: Path,
+    scrape_targets: list[str],
+    rule_files: Sequence[str | Path] = (),
+    scrape_interval: str = "1s",
+    ready_timeout: float = 30.0,
+) -> Iterator[str]:
     """Run Prometheus scraping `scrape_targets`; yields its base URL (http://127.0.0.1:PORT)."""
     work = Path(tmp_path) / f"prometheus-{free_port()}"
     work.mkdir(parents=True)

@@ -23,9 +23,19 @@ import aiohttp
 from prom_util import stop_process
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-port=0",
+    "--remote-allow-origins=*",
+]
 
 IMAGES_JS = """
 Promise.all(Array.from(document.images).map(img => img.decode().then(
@@ -71,13 +81,24 @@ def _classify(events: list[dict[str, Any]], report: PageReport) -> None:
         m, p = e["method"], e.get("params", {})
         if m == "Runtime.consoleAPICalled":
             text = " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
-            (report.errors if p.get("type") in ("error", "assert") else report.warnings
-             if p.get("type") == "warning" else []).append(f"console.{p.get('type')}: {text}")
+            (
+                report.errors
+                if p.get("type") in ("error", "assert")
+                else report.warnings
+                if p.get("type") == "warning"
+                else []
+            ).append(f"console.{p.get('type')}: {text}")
         elif m == "Runtime.exceptionThrown":
             report.errors.append("exception: " + json.dumps(p.get("exceptionDetails", {}))[:300])
         elif m == "Log.entryAdded":
             entry = p.get("entry", {})
-            bucket = report.errors if entry.get("level") == "error" else report.warnings if entry.get("level") == "warning" else None
+            bucket = (
+                report.errors
+                if entry.get("level") == "error"
+                else report.warnings
+                if entry.get("level") == "warning"
+                else None
+            )
             if bucket is not None:
                 bucket.append(f"log[{entry.get('source')}]: {entry.get('text')}")
 
@@ -94,9 +115,14 @@ async def _inspect(port: int, url: str) -> PageReport:
                 await cdp.call(f"{domain}.enable")
             await cdp.call("Page.navigate", url=url)
             deadline = time.monotonic() + 30
-            while not any(e["method"] == "Page.loadEventFired" for e in cdp.events) and time.monotonic() < deadline:
+            while (
+                not any(e["method"] == "Page.loadEventFired" for e in cdp.events)
+                and time.monotonic() < deadline
+            ):
                 await asyncio.sleep(0.05)
-            res = await cdp.call("Runtime.evaluate", expression=IMAGES_JS, awaitPromise=True, returnByValue=True)
+            res = await cdp.call(
+                "Runtime.evaluate", expression=IMAGES_JS, awaitPromise=True, returnByValue=True
+            )
             report.images = res["result"]["value"]
             res = await cdp.call("Runtime.evaluate", expression="document.scripts.length", returnByValue=True)
             report.scripts = res["result"]["value"]
@@ -111,8 +137,11 @@ async def _inspect(port: int, url: str) -> PageReport:
 def open_in_chromium(path: Path, timeout_s: float = 60.0) -> PageReport:
     """Load `path` in a fresh headless Chromium profile and return what the page did."""
     with tempfile.TemporaryDirectory(prefix="kvscope-chromium-") as profile:
-        proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.monotonic() + timeout_s

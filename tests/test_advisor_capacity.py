@@ -16,14 +16,25 @@ from reference_engine.config import EngineConfig
 
 
 def dep(**kw) -> Deployment:
-    base = dict(engine=EngineConfig(max_model_len=8192), bundled=True, simulated=True, model="llama-3.1-70b",
-                gpu="h100-80gb", tp=2, gpu_memory_utilization=0.9, num_blocks=None, max_model_len=8192)
+    base = dict(
+        engine=EngineConfig(max_model_len=8192),
+        bundled=True,
+        simulated=True,
+        model="llama-3.1-70b",
+        gpu="h100-80gb",
+        tp=2,
+        gpu_memory_utilization=0.9,
+        num_blocks=None,
+        max_model_len=8192,
+    )
     return Deployment(**{**base, **kw})
 
 
 def blocks(model, gpu, tp, kv="auto", u=0.9):
     m, g = get_model(model), get_gpu(gpu)
-    return sizing.num_blocks(sizing.gpu_kv_budget_bytes(m, g, tp=tp, utilisation=u), sizing.block_bytes(m, kv, tp))
+    return sizing.num_blocks(
+        sizing.gpu_kv_budget_bytes(m, g, tp=tp, utilisation=u), sizing.block_bytes(m, kv, tp)
+    )
 
 
 def test_changed_pools_are_the_sizing_arithmetic():
@@ -54,34 +65,83 @@ def test_memory_options_hold_the_demand_and_come_cheapest_first():
     for o in options:
         assert o.num_blocks * (o.replicas if o.kind == "replicas" else 1) >= demand
     replicas = next(o for o in options if o.kind == "replicas")
-    assert replicas.replicas == math.ceil((math.ceil(demand * 1.01) + 1) / 1445) and replicas.gpus == 2 * replicas.replicas
+    assert (
+        replicas.replicas == math.ceil((math.ceil(demand * 1.01) + 1) / 1445)
+        and replicas.gpus == 2 * replicas.replicas
+    )
 
 
 def test_replicas_split_the_trace_round_robin():
     n = 12
-    requests = pd.DataFrame({"send_time_unix": [100.0 + i for i in range(n)], "prompt_tokens": [500] * n,
-                             "output_tokens": [20] * n, "ok": [True] * n})
-    server = pd.DataFrame({"time_unix": [100.0], "kv_capacity_blocks": [1445.0], "kv_block_size_tokens": [16.0]})
-    run = {"bundled_engine": True, "config": {"model": "llama-3.1-70b", "engine_argv": [
-        "--simulate", "--sim-model", "llama-3.1-70b", "--tensor-parallel-size", "2", "--max-model-len", "8192"]}}
+    requests = pd.DataFrame(
+        {
+            "send_time_unix": [100.0 + i for i in range(n)],
+            "prompt_tokens": [500] * n,
+            "output_tokens": [20] * n,
+            "ok": [True] * n,
+        }
+    )
+    server = pd.DataFrame(
+        {"time_unix": [100.0], "kv_capacity_blocks": [1445.0], "kv_block_size_tokens": [16.0]}
+    )
+    run = {
+        "bundled_engine": True,
+        "config": {
+            "model": "llama-3.1-70b",
+            "engine_argv": [
+                "--simulate",
+                "--sim-model",
+                "llama-3.1-70b",
+                "--tensor-parallel-size",
+                "2",
+                "--max-model-len",
+                "8192",
+            ],
+        },
+    }
     inputs = from_frames(run, requests, server)
     replayer = make_replayer(inputs, WorkloadEvidence(None, None))
     one, three = replayer.run(Change("as run")), replayer.run(Change("3 replicas", replicas=3))
     assert one.completed == three.completed == n and three.num_blocks == one.num_blocks == 1445
     assert three.max_running <= math.ceil(n / 3)
     with pytest.raises(ValueError):
-        make_replayer(from_frames({"target": "http://x"}, requests, server.drop(columns="kv_capacity_blocks")),
-                      WorkloadEvidence(None, None))
+        make_replayer(
+            from_frames({"target": "http://x"}, requests, server.drop(columns="kv_capacity_blocks")),
+            WorkloadEvidence(None, None),
+        )
 
 
 def test_requests_that_failed_mid_way_are_replayed_at_their_target_lengths():
-    requests = pd.DataFrame({"send_time_unix": [10.0, 11.0, 12.0], "prompt_tokens": [300, None, None],
-                             "output_tokens": [20, None, None], "target_prompt_tokens": [300, 400, 500],
-                             "target_output_tokens": [20, 30, 40], "ok": [True, False, False],
-                             "error_class": [None, "timeout", "connect_error"]})
+    requests = pd.DataFrame(
+        {
+            "send_time_unix": [10.0, 11.0, 12.0],
+            "prompt_tokens": [300, None, None],
+            "output_tokens": [20, None, None],
+            "target_prompt_tokens": [300, 400, 500],
+            "target_output_tokens": [20, 30, 40],
+            "ok": [True, False, False],
+            "error_class": [None, "timeout", "connect_error"],
+        }
+    )
     server = pd.DataFrame({"time_unix": [10.0], "kv_capacity_blocks": [1445.0]})
-    run = {"bundled_engine": True, "config": {"model": "llama-3.1-70b", "engine_argv": [
-        "--simulate", "--sim-model", "llama-3.1-70b", "--tensor-parallel-size", "2", "--max-model-len", "8192"]}}
+    run = {
+        "bundled_engine": True,
+        "config": {
+            "model": "llama-3.1-70b",
+            "engine_argv": [
+                "--simulate",
+                "--sim-model",
+                "llama-3.1-70b",
+                "--tensor-parallel-size",
+                "2",
+                "--max-model-len",
+                "8192",
+            ],
+        },
+    }
     replayer = make_replayer(from_frames(run, requests, server), WorkloadEvidence(None, None))
-    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in replayer.trace] == [(0.0, 300, 20), (1.0, 400, 30)]
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in replayer.trace] == [
+        (0.0, 300, 20),
+        (1.0, 400, 30),
+    ]
     assert replayer.excluded == 1 and "failed mid-way" in replayer.time_axis

@@ -27,16 +27,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def kvscope(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture(scope="module")
 def cpu_bundle(tmp_path_factory) -> Path:
     """A preempting run of the bundled CPU engine (48 blocks, tiny-random): fast to advise."""
     engine = EngineConfig(model="tiny-random", num_blocks=48, max_num_seqs=16, max_num_batched_tokens=512)
-    return simulate_bundle(tmp_path_factory.mktemp("cpu"), long_requests(30, 0.05, prompt=(40, 80), output=(150, 250)),
-                           None, engine, engine_argv(engine))
+    return simulate_bundle(
+        tmp_path_factory.mktemp("cpu"),
+        long_requests(30, 0.05, prompt=(40, 80), output=(150, 250)),
+        None,
+        engine,
+        engine_argv(engine),
+    )
 
 
 def copy(bundle: Path, tmp_path: Path) -> Path:
@@ -51,8 +61,10 @@ def test_advise_writes_advice_json_and_the_report_advice_section(cpu_bundle, tmp
     advice = json.loads((folder / "advice.json").read_text())
     actions = {v["action"] for v in advice["verdicts"]}
     assert {"quantize_kv_cache", "add_memory"} <= actions
-    assert all({"action", "title", "evidence", "projected", "effect", "replay", "verified"} <= set(v)
-               for v in advice["verdicts"])
+    assert all(
+        {"action", "title", "evidence", "projected", "effect", "replay", "verified"} <= set(v)
+        for v in advice["verdicts"]
+    )
     assert advice["markdown"].startswith("## Advice")
     report = folder / "report.md"
     if report.exists():  # harness.report is there: the Advice section comes first
@@ -73,15 +85,30 @@ def test_advise_json_and_no_replay(cpu_bundle, tmp_path):
 def test_a_target_run_is_sized_from_the_command_line(tmp_path):
     """A --target run records no engine flags: --model/--gpu/--tp describe the server, and
     the replay keeps the pool the exporter saw (kv_capacity_blocks)."""
-    spec, engine = SimSpec("llama-3.1-70b", "h100-80gb", 2, 0.9), EngineConfig(max_model_len=8192, max_num_seqs=256)
+    spec, engine = (
+        SimSpec("llama-3.1-70b", "h100-80gb", 2, 0.9),
+        EngineConfig(max_model_len=8192, max_num_seqs=256),
+    )
     folder = simulate_bundle(tmp_path / "t", long_requests(30, 0.5), spec, engine, sim_argv(spec, engine))
     run = json.loads((folder / "run.json").read_text())
-    (folder / "run.json").write_text(json.dumps({**run, "target": "http://gpu-box:8000", "bundled_engine": False,
-                                                 "engine_argv": []}))
+    (folder / "run.json").write_text(
+        json.dumps({**run, "target": "http://gpu-box:8000", "bundled_engine": False, "engine_argv": []})
+    )
     bare = json.loads(kvscope("advise", str(folder), "--json", "--no-replay").stdout)
     assert bare["deployment"]["gpu"] is None and bare["deployment"]["num_blocks"] == 1445
-    out = kvscope("advise", str(folder), "--json", "--model", "llama-3.1-70b", "--gpu", "h100-80gb", "--tp", "2",
-                  "--max-model-len", "8192")
+    out = kvscope(
+        "advise",
+        str(folder),
+        "--json",
+        "--model",
+        "llama-3.1-70b",
+        "--gpu",
+        "h100-80gb",
+        "--tp",
+        "2",
+        "--max-model-len",
+        "8192",
+    )
     assert out.returncode == 0, out.stderr
     advice = json.loads(out.stdout)
     assert advice["deployment"]["gpu"] == "h100-80gb" and advice["deployment"]["num_blocks"] == 1445
@@ -89,16 +116,33 @@ def test_a_target_run_is_sized_from_the_command_line(tmp_path):
     assert q["projected"]["pool_blocks"] == 2890 and q["verified"]
 
 
-@pytest.mark.parametrize(("damage", "message"), [
-    (lambda d: (d / "server.parquet").unlink(), "missing server.parquet"),
-    (lambda d: (d / "run.json").write_text("{not json"), "run.json is not valid JSON"),
-    (lambda d: (d / "run.json").write_text(json.dumps({"engine_argv": ["--simulate", "--sim-model", "llama-9000"]})),
-     "unknown model 'llama-9000'"),
-    (lambda d: (d / "run.json").write_text(json.dumps({"engine_argv": ["--simulate", "--sim-gpu", "tpu-v9"]})),
-     "unknown GPU 'tpu-v9'"),
-    (lambda d: (d / "run.json").write_text(json.dumps({"engine_argv": ["--num-blocks", "many"]})), "do not parse"),
-    (lambda d: pd.DataFrame({"x": [1]}).to_parquet(d / "requests.parquet"), "lacks column(s) send_time_unix"),
-])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: (d / "server.parquet").unlink(), "missing server.parquet"),
+        (lambda d: (d / "run.json").write_text("{not json"), "run.json is not valid JSON"),
+        (
+            lambda d: (d / "run.json").write_text(
+                json.dumps({"engine_argv": ["--simulate", "--sim-model", "llama-9000"]})
+            ),
+            "unknown model 'llama-9000'",
+        ),
+        (
+            lambda d: (d / "run.json").write_text(
+                json.dumps({"engine_argv": ["--simulate", "--sim-gpu", "tpu-v9"]})
+            ),
+            "unknown GPU 'tpu-v9'",
+        ),
+        (
+            lambda d: (d / "run.json").write_text(json.dumps({"engine_argv": ["--num-blocks", "many"]})),
+            "do not parse",
+        ),
+        (
+            lambda d: pd.DataFrame({"x": [1]}).to_parquet(d / "requests.parquet"),
+            "lacks column(s) send_time_unix",
+        ),
+    ],
+)
 def test_broken_bundles_exit_2_with_one_line(cpu_bundle, tmp_path, damage, message):
     folder = copy(cpu_bundle, tmp_path)
     damage(folder)
@@ -107,8 +151,16 @@ def test_broken_bundles_exit_2_with_one_line(cpu_bundle, tmp_path, damage, messa
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("args", [(), ("DIR", "--live", "http://x"), ("DIR", "--gpu", "tpu-v9"),
-                                  ("DIR", "--model", "llama-9000"), ("/nonexistent/bundle",)])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        ("DIR", "--live", "http://x"),
+        ("DIR", "--gpu", "tpu-v9"),
+        ("DIR", "--model", "llama-9000"),
+        ("/nonexistent/bundle",),
+    ],
+)
 def test_bad_command_lines_exit_2(cpu_bundle, tmp_path, args):
     folder = copy(cpu_bundle, tmp_path)
     out = kvscope("advise", *[str(folder) if a == "DIR" else a for a in args])
@@ -144,8 +196,10 @@ class _Engine:
 def test_live_advice_from_a_running_exporter():
     async def scenario():
         async with serve_app(_Engine(True).app()) as hot, serve_app(_Engine(False).app()) as idle:
-            exporter = Exporter([Target("hot", hot + "/metrics"), Target("idle", idle + "/metrics")],
-                                Options(interval=0.2, window=30))
+            exporter = Exporter(
+                [Target("hot", hot + "/metrics"), Target("idle", idle + "/metrics")],
+                Options(interval=0.2, window=30),
+            )
             async with serve_app(make_app(exporter)) as url:
                 await asyncio.sleep(2.5)
                 text = await asyncio.to_thread(kvscope, "advise", "--live", url, "--window", "1m")

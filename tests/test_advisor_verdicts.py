@@ -34,7 +34,9 @@ def preempting(tmp_path_factory):
     """Llama 3.1 70B on two H100s: ~1,400 blocks for requests of ~2,400 tokens arriving
     every 0.5 s: the pool holds ~9 of them, so requests are preempted all run long."""
     engine = EngineConfig(max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=4096)
-    return _advise(tmp_path_factory, "preempting", long_requests(50, 0.5), LLAMA70_TP2, engine, model="llama-3.1-70b")
+    return _advise(
+        tmp_path_factory, "preempting", long_requests(50, 0.5), LLAMA70_TP2, engine, model="llama-3.1-70b"
+    )
 
 
 def test_persistent_preemption_is_told_to_quantize_and_add_memory_each_verified(preempting):
@@ -48,7 +50,9 @@ def test_persistent_preemption_is_told_to_quantize_and_add_memory_each_verified(
         assert replay["changed"]["preemptions"] < replay["baseline"]["preemptions"], v
         assert replay["changed"]["completed"] == replay["baseline"]["completed"] == 50
     # Baseline replay reproduces the run it replays (same cost model, same pool).
-    assert verdicts["add_memory"]["replay"]["baseline"]["num_blocks"] == preempting["deployment"]["num_blocks"]
+    assert (
+        verdicts["add_memory"]["replay"]["baseline"]["num_blocks"] == preempting["deployment"]["num_blocks"]
+    )
 
 
 def test_quantize_projection_is_the_sizing_arithmetic(preempting):
@@ -58,7 +62,11 @@ def test_quantize_projection_is_the_sizing_arithmetic(preempting):
     assert q["evidence"]["pool_blocks"] == sizing.num_blocks(budget, sizing.block_bytes(model, "auto", 2))
     assert q["projected"]["pool_blocks"] == sizing.num_blocks(budget, sizing.block_bytes(model, "fp8", 2))
     assert q["projected"]["capacity_factor"] == pytest.approx(2.0, abs=0.01)
-    assert q["evidence"]["kv_bytes_per_token_per_gpu"] == 2 * q["evidence"]["kv_bytes_per_token_per_gpu_fp8"] == 163_840
+    assert (
+        q["evidence"]["kv_bytes_per_token_per_gpu"]
+        == 2 * q["evidence"]["kv_bytes_per_token_per_gpu_fp8"]
+        == 163_840
+    )
 
 
 def test_add_memory_names_a_catalogue_deployment_that_holds_the_measured_demand(preempting):
@@ -66,7 +74,10 @@ def test_add_memory_names_a_catalogue_deployment_that_holds_the_measured_demand(
     demand = a["evidence"]["demand_blocks"]
     assert demand > a["evidence"]["pool_blocks"]
     best = a["evidence"]["options"][0]
-    assert best["option"] == a["projected"]["option"] and best["pool_blocks_per_replica"] * a["projected"]["replicas"] >= demand
+    assert (
+        best["option"] == a["projected"]["option"]
+        and best["pool_blocks_per_replica"] * a["projected"]["replicas"] >= demand
+    )
     assert a["replay"]["changed"]["preemptions"] == 0
     kinds = [o["option"] for o in a["evidence"]["options"]]
     assert any("replicas" in k for k in kinds) and len(kinds) >= 2
@@ -87,8 +98,12 @@ def test_markdown_lists_verified_verdicts_first_with_their_replays(preempting):
 
 
 def test_contiguous_reservations_are_told_to_cut_context(tmp_path_factory):
-    engine = EngineConfig(max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=4096, allocator="contiguous")
-    advice = _advise(tmp_path_factory, "contiguous", long_requests(16, 1.0), LLAMA70_TP2, engine, model="llama-3.1-70b")
+    engine = EngineConfig(
+        max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=4096, allocator="contiguous"
+    )
+    advice = _advise(
+        tmp_path_factory, "contiguous", long_requests(16, 1.0), LLAMA70_TP2, engine, model="llama-3.1-70b"
+    )
     assert advice["diagnosis"]["kv_pressure"] and advice["diagnosis"]["waiting_kv_blocked_share"] > 0.5
     cut = _by_action(advice)["cut_context"]
     assert cut["verified"] and cut["projected"]["max_model_len"] == 3072
@@ -109,12 +124,20 @@ def test_ample_memory_gets_no_kv_advice(tmp_path_factory):
 def test_waiting_with_low_kv_usage_is_not_the_kv_cache(tmp_path_factory):
     engine = EngineConfig(max_model_len=8192, max_num_seqs=2, max_num_batched_tokens=4096)
     spec = SimSpec("llama-3.1-8b", "h100-80gb", 1, 0.9)
-    advice = _advise(tmp_path_factory, "seqs", long_requests(40, 0.2, prompt=(200, 400), output=(100, 200)), spec,
-                     engine, model="llama-3.1-8b")
+    advice = _advise(
+        tmp_path_factory,
+        "seqs",
+        long_requests(40, 0.2, prompt=(200, 400), output=(100, 200)),
+        spec,
+        engine,
+        model="llama-3.1-8b",
+    )
     assert [v["action"] for v in advice["verdicts"]] == ["kv_not_bottleneck"]
     v = advice["verdicts"][0]
     assert v["verified"] and "max_num_seqs=2" in v["effect"]
-    assert v["replay"]["changed"]["ttft_p99_s"] == pytest.approx(v["replay"]["baseline"]["ttft_p99_s"], rel=0.05)
+    assert v["replay"]["changed"]["ttft_p99_s"] == pytest.approx(
+        v["replay"]["baseline"]["ttft_p99_s"], rel=0.05
+    )
     alt = v["alternatives"][0]
     assert alt["change"]["max_num_seqs"] == 8 and alt["verified"]
 
@@ -137,10 +160,18 @@ def test_timestamped_system_prompt_is_told_to_make_the_prefix_identical(tmp_path
 
 
 def test_identical_prefixes_the_cache_does_not_hit_are_explained(tmp_path_factory):
-    engine = EngineConfig(max_model_len=8192, max_num_seqs=64, max_num_batched_tokens=2048, enable_prefix_caching=False)
+    engine = EngineConfig(
+        max_model_len=8192, max_num_seqs=64, max_num_batched_tokens=2048, enable_prefix_caching=False
+    )
     spec = SimSpec("llama-3.1-8b", "h100-80gb", 1, 0.9)
-    advice = _advise(tmp_path_factory, "nocache", shared_prefix_requests(40, 0.25, 1000), spec, engine,
-                     model="llama-3.1-8b")
+    advice = _advise(
+        tmp_path_factory,
+        "nocache",
+        shared_prefix_requests(40, 0.25, 1000),
+        spec,
+        engine,
+        model="llama-3.1-8b",
+    )
     assert "make_prefix_identical" not in _by_action(advice)
     assert any("prefix caching is off" in n for n in advice["notes"]), advice["notes"]
 
@@ -153,8 +184,9 @@ def test_low_memory_utilisation_is_told_to_raise_it(tmp_path_factory):
     model, gpu = get_model("llama-3.1-70b"), get_gpu("h100-80gb")
 
     def at(u: float) -> int:
-        return sizing.num_blocks(sizing.gpu_kv_budget_bytes(model, gpu, tp=2, utilisation=u),
-                                 sizing.block_bytes(model, "auto", 2))
+        return sizing.num_blocks(
+            sizing.gpu_kv_budget_bytes(model, gpu, tp=2, utilisation=u), sizing.block_bytes(model, "auto", 2)
+        )
 
     assert v["evidence"]["pool_blocks"] == at(0.88) and v["projected"]["pool_blocks"] == at(0.9)
     r = v["replay"]
@@ -165,8 +197,14 @@ def test_real_engine_run_replays_on_its_own_pool_with_a_modelled_time_axis(tmp_p
     """A run of the bundled CPU engine (flags without --simulate): the replay keeps its
     48-block pool and says its time axis is modelled; fp8 is x4 over the fp32 CPU cache."""
     engine = EngineConfig(model="tiny-random", num_blocks=48, max_num_seqs=16, max_num_batched_tokens=512)
-    advice = _advise(tmp_path_factory, "real", long_requests(40, 0.05, prompt=(40, 80), output=(150, 250)), None,
-                     engine, model="tiny-random")
+    advice = _advise(
+        tmp_path_factory,
+        "real",
+        long_requests(40, 0.05, prompt=(40, 80), output=(150, 250)),
+        None,
+        engine,
+        model="tiny-random",
+    )
     assert not advice["deployment"]["simulated"] and advice["deployment"]["num_blocks"] == 48
     assert advice["time_axis"].startswith("modelled: the run's 48-block pool")
     verdicts = _by_action(advice)

@@ -59,8 +59,13 @@ def test_promtool_test_rules_fails_when_a_window_changes(tmp_path):
     assert "for: 10m" in text
     (tmp_path / "alerts.yml").write_text(text.replace("for: 10m", "for: 5m"))
     shutil.copy(ALERT_TESTS, tmp_path / "alerts_test.yml")
-    result = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], capture_output=True,
-                            text=True, timeout=120, cwd=tmp_path)
+    result = subprocess.run(
+        ["promtool", "test", "rules", "alerts_test.yml"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert result.returncode != 0
     assert "KvscopePersistentPreemption" in result.stdout + result.stderr
 
@@ -79,8 +84,11 @@ def test_issue_alerts_exist_with_documented_windows():
 
 
 def test_every_alert_is_tested_firing_and_not_firing():
-    cases = [case for test in yaml.safe_load(ALERT_TESTS.read_text())["tests"]
-             for case in test.get("alert_rule_test", [])]
+    cases = [
+        case
+        for test in yaml.safe_load(ALERT_TESTS.read_text())["tests"]
+        for case in test.get("alert_rule_test", [])
+    ]
     for name in (r["alert"] for r in rules() if "alert" in r):
         mine = [case for case in cases if case["alertname"] == name]
         assert any(case.get("exp_alerts") for case in mine), f"{name} never shown firing"

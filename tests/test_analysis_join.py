@@ -15,12 +15,26 @@ from harness.analysis.summary import summarize
 
 
 def test_each_request_takes_the_last_sample_at_or_before_its_send():
-    srv = normalise_server(pd.DataFrame({"time_unix": [10.0, 11.0, 12.0], "kv_usage_ratio": [0.1, 0.85, 0.99],
-                                         "model": "m", "instance": "0", "up": True}))
-    req = normalise_requests(pd.DataFrame({"send_time_unix": [9.5, 10.0, 10.9, 11.0, 12.5, 30.0], "ok": True,
-                                           "ttft_s": 0.1, "e2e_s": 0.2}))
+    srv = normalise_server(
+        pd.DataFrame(
+            {
+                "time_unix": [10.0, 11.0, 12.0],
+                "kv_usage_ratio": [0.1, 0.85, 0.99],
+                "model": "m",
+                "instance": "0",
+                "up": True,
+            }
+        )
+    )
+    req = normalise_requests(
+        pd.DataFrame(
+            {"send_time_unix": [9.5, 10.0, 10.9, 11.0, 12.5, 30.0], "ok": True, "ttft_s": 0.1, "e2e_s": 0.2}
+        )
+    )
     j = attach_server_state(req, timeline(srv))
-    assert np.isnan(j["kv_usage_at_send"].iloc[0])  # before the first scrape: unknown, not borrowed from later
+    assert np.isnan(
+        j["kv_usage_at_send"].iloc[0]
+    )  # before the first scrape: unknown, not borrowed from later
     assert j["kv_usage_at_send"].iloc[1:5].tolist() == pytest.approx([0.1, 0.1, 0.85, 0.99])
     assert np.isnan(j["kv_usage_at_send"].iloc[5])  # 18 s after the last sample: beyond the tolerance
     assert j["kv_band"].tolist() == ["unknown", "0%–50%", "0%–50%", "80%–90%", "≥95%", "unknown"]
@@ -52,7 +66,9 @@ def test_preemption_split_uses_the_first_counter_increase(tmp_path):
 
 
 def test_no_preemptions_and_too_few_requests_say_so():
-    req = normalise_requests(pd.DataFrame({"send_time_unix": np.arange(10.0), "ok": True, "ttft_s": 0.1, "e2e_s": 0.2}))
+    req = normalise_requests(
+        pd.DataFrame({"send_time_unix": np.arange(10.0), "ok": True, "ttft_s": 0.1, "e2e_s": 0.2})
+    )
     assert split_at_preemption(req, None).verdict == "No preemptions during the run."
     few = split_at_preemption(req, 2.0)
     assert few.ttft_p99_ratio is None and f"need {MIN_COMPARE}" in few.verdict
@@ -70,6 +86,8 @@ def test_client_vs_server_per_request(tmp_path):
 def test_band_verdict_contrasts_the_fullest_and_emptiest_band(tmp_path):
     s = summarize(make_bundle(tmp_path / "b", Spec(n_requests=400)))
     hi, lo = s["kv_bands"][-1], s["kv_bands"][0]
-    assert s["kv_band_verdict"].startswith(f"TTFT p99 was {hi['ttft']['p99'] * 1000:.0f} ms for requests sent at KV usage {hi['band']}")
+    assert s["kv_band_verdict"].startswith(
+        f"TTFT p99 was {hi['ttft']['p99'] * 1000:.0f} ms for requests sent at KV usage {hi['band']}"
+    )
     assert f"against {lo['ttft']['p99'] * 1000:.0f} ms at {lo['band']}" in s["kv_band_verdict"]
     assert s["kv_band_verdict"] in s["verdicts"]

@@ -64,9 +64,19 @@ def test_calibration_probes_are_excluded(tmp_path):
 
 
 def test_tpot_is_per_choice_with_parallel_sampling():
-    req = pd.DataFrame({"ok": [True], "ttft_s": [0.1], "e2e_s": [1.1], "output_tokens": [44], "n": [4],
-                        "itl_s": [[0.1] * 10], "send_time_unix": [0.0]})
+    req = pd.DataFrame(
+        {
+            "ok": [True],
+            "ttft_s": [0.1],
+            "e2e_s": [1.1],
+            "output_tokens": [44],
+            "n": [4],
+            "itl_s": [[0.1] * 10],
+            "send_time_unix": [0.0],
+        }
+    )
     from harness.analysis.bundle import normalise_requests
+
     rep = analyse_latency(normalise_requests(req))
     assert rep.tpot.p50 == pytest.approx(1.0 / 10)  # 11 tokens per choice: 10 decode steps
 
@@ -83,9 +93,19 @@ def test_parse_slos_and_durations():
 
 def test_slo_misses_count_failures_and_skip_undefined_tpot():
     from harness.analysis.bundle import normalise_requests
-    req = normalise_requests(pd.DataFrame({
-        "ok": [True, True, False, True], "ttft_s": [0.1, 0.5, np.nan, 0.1], "e2e_s": [0.2, 0.6, 0.0, 0.1],
-        "output_tokens": [11, 11, None, 1], "itl_s": [[0.01] * 10, [0.01] * 10, [], []], "send_time_unix": [0, 1, 2, 3]}))
+
+    req = normalise_requests(
+        pd.DataFrame(
+            {
+                "ok": [True, True, False, True],
+                "ttft_s": [0.1, 0.5, np.nan, 0.1],
+                "e2e_s": [0.2, 0.6, 0.0, 0.1],
+                "output_tokens": [11, 11, None, 1],
+                "itl_s": [[0.01] * 10, [0.01] * 10, [], []],
+                "send_time_unix": [0, 1, 2, 3],
+            }
+        )
+    )
     assert meets_slos(req, Slos(ttft=0.2, tpot=0.05)).tolist() == [True, False, False, True]
     assert meets_slos(req, Slos(itl=0.005)).tolist() == [False, False, False, True]
 

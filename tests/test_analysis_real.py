@@ -18,7 +18,9 @@ SIM = ("--simulate", "--sim-model", "llama-3.1-8b", "--sim-gpu", "h100-80gb", "-
 
 
 def _run(out, url, *args, timeout_s=300.0):
-    rc, log, seconds = kvscope("run", "--quiet", "--target", url, "--out", str(out), *args, timeout_s=timeout_s)
+    rc, log, seconds = kvscope(
+        "run", "--quiet", "--target", url, "--out", str(out), *args, timeout_s=timeout_s
+    )
     assert rc == 0 and (out / "requests.parquet").exists(), log
     print(f"{out.name}: kvscope run took {seconds:.0f} s")
     return out
@@ -32,15 +34,38 @@ def sim_url(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def normal_run(sim_url, tmp_path_factory):
-    return _run(tmp_path_factory.mktemp("normal") / "b", sim_url, "--workload", "chat", "--users", "8", "--duration", "15s")
+    return _run(
+        tmp_path_factory.mktemp("normal") / "b",
+        sim_url,
+        "--workload",
+        "chat",
+        "--users",
+        "8",
+        "--duration",
+        "15s",
+    )
 
 
 @pytest.fixture(scope="module")
 def overloaded_run(sim_url, tmp_path_factory):
     # 400 streams on one Locust worker against a simulated H100 that admits them all: the server
     # keeps up (its steps are modelled sleeps); one gevent process parsing every chunk cannot.
-    return _run(tmp_path_factory.mktemp("over") / "b", sim_url, "--workload", "chat", "--users", "400",
-                "--spawn-rate", "400", "--workers", "1", "--duration", "12s", "--drain-timeout", "20")
+    return _run(
+        tmp_path_factory.mktemp("over") / "b",
+        sim_url,
+        "--workload",
+        "chat",
+        "--users",
+        "400",
+        "--spawn-rate",
+        "400",
+        "--workers",
+        "1",
+        "--duration",
+        "12s",
+        "--drain-timeout",
+        "20",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +77,24 @@ def preempting_run(tmp_path_factory):
     # byte tokenizer; with 39 blocks that probe needs the whole pool and can stall the run.)
     tmp = tmp_path_factory.mktemp("preempt")
     with engine(tmp, "--model", "tiny-random", "--num-blocks", "64", "--max-num-seqs", "16") as url:
-        return _run(tmp / "b", url, "--workload", "long_context", "--prompt-tokens", "64", "--output-tokens", "256",
-                    "--users", "12", "--spawn-rate", "0.5", "--duration", "25s", "--drain-timeout", "10")
+        return _run(
+            tmp / "b",
+            url,
+            "--workload",
+            "long_context",
+            "--prompt-tokens",
+            "64",
+            "--output-tokens",
+            "256",
+            "--users",
+            "12",
+            "--spawn-rate",
+            "0.5",
+            "--duration",
+            "25s",
+            "--drain-timeout",
+            "10",
+        )
 
 
 def _measured_ok(bundle) -> pd.DataFrame:
@@ -67,12 +108,16 @@ def test_summary_of_a_real_run_equals_figures_recomputed_by_hand(normal_run):
     ok = _measured_ok(normal_run)
     assert len(ok) >= 20
     itl = np.concatenate([np.asarray(x, float) for x in ok["itl_s"] if len(x)])
-    tpot = ((ok["e2e_s"] - ok["ttft_s"]) / (ok["output_tokens"] / ok["n"] - 1)).where(ok["output_tokens"] / ok["n"] > 1)
+    tpot = ((ok["e2e_s"] - ok["ttft_s"]) / (ok["output_tokens"] / ok["n"] - 1)).where(
+        ok["output_tokens"] / ok["n"] > 1
+    )
     for key, values in (("ttft", ok["ttft_s"]), ("e2e", ok["e2e_s"]), ("itl", itl), ("tpot", tpot.dropna())):
         v = np.asarray(values, float)
         got = s["latency"][key]
         assert got["count"] == v.size
-        assert [got["p50"], got["p90"], got["p95"], got["p99"]] == pytest.approx(np.percentile(v, [50, 90, 95, 99]))
+        assert [got["p50"], got["p90"], got["p95"], got["p99"]] == pytest.approx(
+            np.percentile(v, [50, 90, 95, 99])
+        )
         assert got["mean"] == pytest.approx(v.mean())
     r = pd.read_parquet(normal_run / "requests.parquet")
     r = r[r["phase"] == "measure"]

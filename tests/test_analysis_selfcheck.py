@@ -47,13 +47,20 @@ def test_first_token_without_visible_text_is_not_client_lag(tmp_path):
 
 
 def test_schedule_lag_cpu_warning_and_client_errors(tmp_path):
-    assert "schedule lag p99" in summarize(make_bundle(tmp_path / "a", Spec(schedule_lag_s=0.2)))["selfcheck"]["reasons"][0]
+    assert (
+        "schedule lag p99"
+        in summarize(make_bundle(tmp_path / "a", Spec(schedule_lag_s=0.2)))["selfcheck"]["reasons"][0]
+    )
     assert summarize(make_bundle(tmp_path / "a2", Spec(schedule_lag_s=0.002)))["reliable"]
     run_warn = {"warnings": ["CPU usage above 90%! This may constrain your throughput"]}
-    assert "CPU" in summarize(make_bundle(tmp_path / "b", Spec(run_extra=run_warn)))["selfcheck"]["reasons"][0]
+    assert (
+        "CPU" in summarize(make_bundle(tmp_path / "b", Spec(run_extra=run_warn)))["selfcheck"]["reasons"][0]
+    )
     d = make_bundle(tmp_path / "c", Spec())
     (d / "logs").mkdir()
-    (d / "logs" / "locust-worker0.log").write_text("[x] vm/WARNING/root: CPU usage above 90%! This may constrain\n")
+    (d / "logs" / "locust-worker0.log").write_text(
+        "[x] vm/WARNING/root: CPU usage above 90%! This may constrain\n"
+    )
     s = summarize(d)
     assert not s["reliable"] and "locust-worker0.log" in s["selfcheck"]["cpu_warnings"][0]
     b = load_bundle(make_bundle(tmp_path / "e", Spec()))
@@ -63,10 +70,15 @@ def test_schedule_lag_cpu_warning_and_client_errors(tmp_path):
 
 
 def test_histogram_fallback_when_the_server_gives_no_per_request_timings(tmp_path):
-    ok = summarize(make_bundle(tmp_path / "a", Spec(server_timings=False, histograms=True, preempt_at_s=None)))
+    ok = summarize(
+        make_bundle(tmp_path / "a", Spec(server_timings=False, histograms=True, preempt_at_s=None))
+    )
     assert ok["selfcheck"]["method"] == "histogram" and ok["reliable"]
-    bad = summarize(make_bundle(tmp_path / "b", Spec(server_timings=False, histograms=True, preempt_at_s=None,
-                                                     overhead_s=0.4)))
+    bad = summarize(
+        make_bundle(
+            tmp_path / "b", Spec(server_timings=False, histograms=True, preempt_at_s=None, overhead_s=0.4)
+        )
+    )
     assert bad["selfcheck"]["method"] == "histogram" and not bad["reliable"]
     none = summarize(make_bundle(tmp_path / "c", Spec(server_timings=False)))
     assert none["selfcheck"]["method"] == "none" and none["reliable"]

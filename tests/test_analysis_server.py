@@ -20,8 +20,13 @@ def test_counter_increase_treats_a_drop_as_a_restart():
 
 def _server(values: dict, times=None) -> pd.DataFrame:
     n = len(next(iter(values.values())))
-    base = {"time_unix": times if times is not None else np.arange(n, dtype=float), "model": "m", "instance": "0",
-            "target": "t", "up": True}
+    base = {
+        "time_unix": times if times is not None else np.arange(n, dtype=float),
+        "model": "m",
+        "instance": "0",
+        "target": "t",
+        "up": True,
+    }
     return normalise_server(pd.DataFrame({**base, **values}))
 
 
@@ -30,13 +35,24 @@ def test_windowed_hit_ratio_and_rates_from_deltas():
     q = 1000.0 + np.arange(0, 21) * 100.0
     h = 900.0 + np.arange(0, 21) * 10.0
     pre = np.array([3.0] * 10 + [3.0 + k for k in range(1, 12)])
-    tl = timeline(_server({"prefix_cache_queries_tokens": q, "prefix_cache_hits_tokens": h, "preemptions": pre,
-                           "generation_tokens": np.arange(21) * 50.0, "kv_usage_ratio": np.linspace(0, 1, 21)}),
-                  window_s=5.0)
+    tl = timeline(
+        _server(
+            {
+                "prefix_cache_queries_tokens": q,
+                "prefix_cache_hits_tokens": h,
+                "preemptions": pre,
+                "generation_tokens": np.arange(21) * 50.0,
+                "kv_usage_ratio": np.linspace(0, 1, 21),
+            }
+        ),
+        window_s=5.0,
+    )
     assert tl["prefix_hit_ratio"].iloc[1:].to_numpy() == pytest.approx(0.1)
     assert tl["generation_tokens_per_s"].iloc[-1] == pytest.approx(50.0)
     assert tl["preemptions_per_s"].iloc[-1] == pytest.approx(1.0)
-    s = summarise_server(_server({"prefix_cache_queries_tokens": q, "prefix_cache_hits_tokens": h, "preemptions": pre}))
+    s = summarise_server(
+        _server({"prefix_cache_queries_tokens": q, "prefix_cache_hits_tokens": h, "preemptions": pre})
+    )
     assert s.prefix_hit_ratio == pytest.approx(0.1)
     assert s.preemptions == 11.0
     assert s.preemption_onset_unix == 10.0  # first *increase*; the counter was already 3 at the start
@@ -53,7 +69,9 @@ def test_restart_mid_run_never_gives_negative_figures():
 
 
 def test_down_samples_are_ignored_and_instances_aggregate():
-    srv = _server({"kv_usage_ratio": [0.2, 0.4, 0.6, 0.8], "requests_running": [1, 2, 3, 4]}, times=[0.0, 0.0, 1.0, 1.0])
+    srv = _server(
+        {"kv_usage_ratio": [0.2, 0.4, 0.6, 0.8], "requests_running": [1, 2, 3, 4]}, times=[0.0, 0.0, 1.0, 1.0]
+    )
     srv["instance"] = ["0", "1", "0", "1"]
     one = select_series(srv)
     assert one["kv_usage_ratio"].tolist() == pytest.approx([0.3, 0.7])

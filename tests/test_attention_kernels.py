@@ -108,7 +108,9 @@ def chunked_seqs(block_size: int) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_decode_matches_torch(kv_dtype, block_size, group):
-    batch = make_batch(decode_seqs(block_size), block_size, NUM_KV_HEADS, group, HEAD_DIM, kv_dtype, num_pad=1)
+    batch = make_batch(
+        decode_seqs(block_size), block_size, NUM_KV_HEADS, group, HEAD_DIM, kv_dtype, num_pad=1
+    )
     assert_matches_torch(batch, DecodeKernel(num_splits=4, block_n=16))
 
 

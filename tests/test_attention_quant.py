@@ -25,10 +25,17 @@ from reference_engine.attention.quantization import (
 from reference_engine.config import ConfigError
 
 
-@pytest.mark.parametrize("kv_dtype,storage,scale_shape", [
-    ("auto", torch.bfloat16, None), ("float32", torch.float32, None), ("float16", torch.float16, None),
-    ("bfloat16", torch.bfloat16, None), ("fp8", torch.float8_e4m3fn, (1,)), ("int8", torch.int8, (5, 8, 2)),
-])
+@pytest.mark.parametrize(
+    "kv_dtype,storage,scale_shape",
+    [
+        ("auto", torch.bfloat16, None),
+        ("float32", torch.float32, None),
+        ("float16", torch.float16, None),
+        ("bfloat16", torch.bfloat16, None),
+        ("fp8", torch.float8_e4m3fn, (1,)),
+        ("int8", torch.int8, (5, 8, 2)),
+    ],
+)
 def test_allocation_per_format(kv_dtype, storage, scale_shape):
     cache = allocate_kv_caches(2, 5, 8, 2, 16, "bfloat16", kv_cache_dtype=kv_dtype)[1]
     assert cache.key.dtype == cache.value.dtype == storage
@@ -73,7 +80,9 @@ def test_fp8_scales_calibrate_on_first_write_only():
     torch_backend.write_kv(key[:1] * 100, value[:1], cache, torch.tensor([13]))
     assert cache.k_scale.item() == pytest.approx(10.0 * FP8_HEADROOM / FP8_MAX)
     # Past the headroom, values saturate at 448 * scale instead of becoming NaN.
-    assert cache.key[1, 5, 0, 3].float().item() * cache.k_scale.item() == pytest.approx(FP8_MAX * cache.k_scale.item())
+    assert cache.key[1, 5, 0, 3].float().item() * cache.k_scale.item() == pytest.approx(
+        FP8_MAX * cache.k_scale.item()
+    )
 
 
 def test_fp8_scale_floor_survives_a_zero_warmup():
@@ -84,7 +93,12 @@ def test_fp8_scale_floor_survives_a_zero_warmup():
 
 # Quantized vs full-precision KV on the torch path, fp32 queries, keys ~ N(0, 4), values ~ N(0, 1),
 # head_dim 64 (|output| averages ~0.36). Bounds are about 1.6x the worst seen over seeds.
-QUANT_ERROR_BOUND = {"int8": (0.006, 0.07), "fp8": (0.025, 0.35), "float16": (3e-4, 4e-3), "bfloat16": (2e-3, 3e-2)}
+QUANT_ERROR_BOUND = {
+    "int8": (0.006, 0.07),
+    "fp8": (0.025, 0.35),
+    "float16": (3e-4, 4e-3),
+    "bfloat16": (2e-3, 3e-2),
+}
 
 
 @pytest.mark.parametrize("kv_dtype", list(QUANT_ERROR_BOUND))
@@ -106,8 +120,10 @@ def test_quantized_attention_error_is_bounded(kv_dtype):
 def test_eight_bit_kv_doubles_capacity_at_a_fixed_budget(head_dim, sixteen_bit):
     layers, block, kv_heads, model = 30, 16, 3, torch.bfloat16
     budget = 1 << 30
-    blocks = {fmt: budget // kv_cache_bytes_per_block(layers, block, kv_heads, head_dim, fmt, model)
-              for fmt in (sixteen_bit, "fp8", "int8")}
+    blocks = {
+        fmt: budget // kv_cache_bytes_per_block(layers, block, kv_heads, head_dim, fmt, model)
+        for fmt in (sixteen_bit, "fp8", "int8")
+    }
     assert blocks["fp8"] // 2 == blocks[sixteen_bit]  # exactly half the bytes; flooring may add one
     # int8 pays 2 bytes of float16 scale per token-head: 2 * D / (D + 2) = 1.94x at 64, 1.97x at 128.
     assert blocks["int8"] / blocks[sixteen_bit] == pytest.approx(2 * head_dim / (head_dim + 2), rel=1e-3)
@@ -118,8 +134,12 @@ def test_eight_bit_kv_doubles_capacity_at_a_fixed_budget(head_dim, sixteen_bit):
 def test_bytes_per_block_matches_allocation(kv_dtype):
     num_blocks, layers = 6, 2
     caches = allocate_kv_caches(layers, num_blocks, 8, 2, 32, "float16", kv_cache_dtype=kv_dtype)
-    per_block = [t for c in caches for t in (c.key, c.value, c.k_scale, c.v_scale)
-                 if t is not None and t.shape[0] == num_blocks]
+    per_block = [
+        t
+        for c in caches
+        for t in (c.key, c.value, c.k_scale, c.v_scale)
+        if t is not None and t.shape[0] == num_blocks
+    ]
     total = sum(t.nbytes for t in per_block)
     assert kv_cache_bytes_per_block(layers, 8, 2, 32, kv_dtype, "float16") * num_blocks == total
 
@@ -146,15 +166,18 @@ def test_valid_configs_pass(backend):
     validate_attention_config(backend, 128, 80, "int8", "cpu")
 
 
-@pytest.mark.parametrize("args,message", [
-    (("triton", 4, 64, "auto", "cpu"), "block sizes"),
-    (("triton", 256, 64, "auto", "cpu"), "block sizes"),
-    (("torch", 24, 64, "auto", "cpu"), "power of two"),
-    (("triton", 16, 48, "auto", "cpu"), "head sizes"),
-    (("triton", 16, 8, "auto", "cpu"), "head sizes"),
-    (("torch", 16, 64, "fp4", "cpu"), "kv_cache_dtype"),
-    (("tensorrt", 16, 64, "auto", "cpu"), "attention_backend"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("triton", 4, 64, "auto", "cpu"), "block sizes"),
+        (("triton", 256, 64, "auto", "cpu"), "block sizes"),
+        (("torch", 24, 64, "auto", "cpu"), "power of two"),
+        (("triton", 16, 48, "auto", "cpu"), "head sizes"),
+        (("triton", 16, 8, "auto", "cpu"), "head sizes"),
+        (("torch", 16, 64, "fp4", "cpu"), "kv_cache_dtype"),
+        (("tensorrt", 16, 64, "auto", "cpu"), "attention_backend"),
+    ],
+)
 def test_bad_configs_raise(args, message):
     with pytest.raises(ConfigError, match=message):
         validate_attention_config(*args)

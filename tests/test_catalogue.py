@@ -22,11 +22,36 @@ from reference_engine.catalogue import (
 )
 
 REQUIRED_MODELS = [
-    "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-14b",
-    "qwen2.5-32b", "qwen2.5-72b", "qwen3-4b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b",
-    "deepseek-v3", "gpt-oss-120b", "gemma-3-27b", "smollm2-135m",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen2.5-7b",
+    "qwen2.5-14b",
+    "qwen2.5-32b",
+    "qwen2.5-72b",
+    "qwen3-4b",
+    "qwen3-8b",
+    "qwen3-32b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "deepseek-v3",
+    "gpt-oss-120b",
+    "gemma-3-27b",
+    "smollm2-135m",
 ]
-REQUIRED_GPUS = ["a10g", "l4", "a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200", "mi300x", "rtx-4090"]
+REQUIRED_GPUS = [
+    "a10g",
+    "l4",
+    "a100-40gb",
+    "a100-80gb",
+    "h100-80gb",
+    "h200-141gb",
+    "b200",
+    "mi300x",
+    "rtx-4090",
+]
 
 # (layers, hidden, heads, kv heads, head_dim, max context) as in each model's config.json.
 SHAPES = {
@@ -45,11 +70,24 @@ SHAPES = {
 # gpt-oss's 5.1B active excludes the 0.58B input embedding; Gemma 3's 27.4B includes a
 # 0.4B vision tower the catalogue leaves out.
 PUBLISHED = {
-    "llama-3.1-8b": (8.03, None), "llama-3.1-70b": (70.6, None), "llama-3.1-405b": (405.9, None),
-    "mistral-7b": (7.25, None), "mixtral-8x7b": (46.7, 12.9), "qwen2.5-7b": (7.61, None), "qwen2.5-14b": (14.7, None),
-    "qwen2.5-32b": (32.5, None), "qwen2.5-72b": (72.7, None), "qwen3-4b": (4.02, None), "qwen3-8b": (8.19, None),
-    "qwen3-32b": (32.8, None), "qwen3-30b-a3b": (30.5, 3.3), "qwen3-235b-a22b": (235, 22), "deepseek-v3": (671, 37),
-    "gpt-oss-120b": (116.8, 5.1 + 0.58), "gemma-3-27b": (27.4 - 0.4, None), "smollm2-135m": (0.1345, None),
+    "llama-3.1-8b": (8.03, None),
+    "llama-3.1-70b": (70.6, None),
+    "llama-3.1-405b": (405.9, None),
+    "mistral-7b": (7.25, None),
+    "mixtral-8x7b": (46.7, 12.9),
+    "qwen2.5-7b": (7.61, None),
+    "qwen2.5-14b": (14.7, None),
+    "qwen2.5-32b": (32.5, None),
+    "qwen2.5-72b": (72.7, None),
+    "qwen3-4b": (4.02, None),
+    "qwen3-8b": (8.19, None),
+    "qwen3-32b": (32.8, None),
+    "qwen3-30b-a3b": (30.5, 3.3),
+    "qwen3-235b-a22b": (235, 22),
+    "deepseek-v3": (671, 37),
+    "gpt-oss-120b": (116.8, 5.1 + 0.58),
+    "gemma-3-27b": (27.4 - 0.4, None),
+    "smollm2-135m": (0.1345, None),
 }
 
 
@@ -65,7 +103,9 @@ def test_every_required_model_and_gpu_is_catalogued():
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_shapes_match_the_published_config(name):
     m = get_model(name)
-    assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim, m.max_context) == SHAPES[name]
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim, m.max_context) == SHAPES[
+        name
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -92,7 +132,12 @@ def test_attention_kinds():
     ds = get_model("deepseek-v3")
     assert (ds.attention, ds.kv_lora_rank, ds.qk_rope_head_dim) == ("mla", 512, 64)
     oss = get_model("gpt-oss-120b")
-    assert (oss.attention, oss.sliding_window, oss.num_sliding_layers, oss.num_full_layers) == ("sliding", 128, 18, 18)
+    assert (oss.attention, oss.sliding_window, oss.num_sliding_layers, oss.num_full_layers) == (
+        "sliding",
+        128,
+        18,
+        18,
+    )
     gemma = get_model("gemma-3-27b")  # 5 local : 1 global
     assert (gemma.sliding_window, gemma.num_sliding_layers, gemma.num_full_layers) == (1024, 52, 10)
     assert get_model("mistral-7b-v0.1").num_sliding_layers == 32
@@ -134,12 +179,31 @@ def test_catalogue_entries_are_frozen():
 
 
 QWEN3_8B_VERBATIM = {  # the published config.json, verbatim (citsjtu2020/LLM-Prof:sglang/Model_Config.md)
-    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643,
-    "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
-    "intermediate_size": 12288, "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
-    "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
-    "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False,
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 12288,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 36,
+    "model_type": "qwen3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 36,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
     "vocab_size": 151936,
 }
 
@@ -147,7 +211,8 @@ QWEN3_8B_VERBATIM = {  # the published config.json, verbatim (citsjtu2020/LLM-Pr
 def _same_shapes(a, b):
     skip = {"name", "hf_id", "source"}
     return {k: v for k, v in dataclasses.asdict(a).items() if k not in skip} == {
-        k: v for k, v in dataclasses.asdict(b).items() if k not in skip}
+        k: v for k, v in dataclasses.asdict(b).items() if k not in skip
+    }
 
 
 def test_a_real_config_json_file_and_folder(tmp_path):
@@ -159,27 +224,52 @@ def test_a_real_config_json_file_and_folder(tmp_path):
 
 
 def test_mha_and_derived_head_dim_and_text_config():
-    m = model_from_hf_config({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10,
-                              "max_position_embeddings": 128, "intermediate_size": 128})
+    m = model_from_hf_config(
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "vocab_size": 10,
+            "max_position_embeddings": 128,
+            "intermediate_size": 128,
+        }
+    )
     assert (m.num_kv_heads, m.head_dim) == (4, 16)  # no num_key_value_heads: plain multi-head attention
     wrapped = model_from_hf_config({"model_type": "llava", "text_config": {**QWEN3_8B_VERBATIM}})
     assert _same_shapes(wrapped, get_model("qwen3-8b"))
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "must hold a JSON object"),
-    ('{"hidden_size": 64}', "missing num_hidden_layers"),
-    ('{"num_hidden_layers": "32", "hidden_size": 64, "num_attention_heads": 4}', "num_hidden_layers must be a non-negative integer"),
-    ('{"num_hidden_layers": -1, "hidden_size": 64, "num_attention_heads": 4}', "non-negative integer"),
-    ('{"num_hidden_layers": 2, "hidden_size": 65, "num_attention_heads": 4, "vocab_size": 9, "max_position_embeddings": 8}',
-     "does not divide"),
-    ('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9}', "missing max_position_embeddings"),
-    ('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9, "max_position_embeddings": 8,'
-     ' "num_local_experts": 4, "num_experts_per_tok": 8}', "num_experts_per_tok"),
-    ('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9, "max_position_embeddings": 8,'
-     ' "sliding_window": 4, "layer_types": ["full_attention"]}', "one entry per layer"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "must hold a JSON object"),
+        ('{"hidden_size": 64}', "missing num_hidden_layers"),
+        (
+            '{"num_hidden_layers": "32", "hidden_size": 64, "num_attention_heads": 4}',
+            "num_hidden_layers must be a non-negative integer",
+        ),
+        ('{"num_hidden_layers": -1, "hidden_size": 64, "num_attention_heads": 4}', "non-negative integer"),
+        (
+            '{"num_hidden_layers": 2, "hidden_size": 65, "num_attention_heads": 4, "vocab_size": 9, "max_position_embeddings": 8}',
+            "does not divide",
+        ),
+        (
+            '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9}',
+            "missing max_position_embeddings",
+        ),
+        (
+            '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9, "max_position_embeddings": 8,'
+            ' "num_local_experts": 4, "num_experts_per_tok": 8}',
+            "num_experts_per_tok",
+        ),
+        (
+            '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9, "max_position_embeddings": 8,'
+            ' "sliding_window": 4, "layer_types": ["full_attention"]}',
+            "one entry per layer",
+        ),
+    ],
+)
 def test_malformed_config_json_is_a_clear_error(tmp_path, text, message):
     path = tmp_path / "config.json"
     path.write_text(text)
@@ -204,6 +294,8 @@ def test_tensor_parallel_rules():
 
 
 def test_import_is_light():
-    code = ("import sys, reference_engine.catalogue, reference_engine.sim.cost_model, harness.advisor.sizing; "
-            "bad = {'torch', 'numpy', 'pandas'} & set(sys.modules); assert not bad, bad")
+    code = (
+        "import sys, reference_engine.catalogue, reference_engine.sim.cost_model, harness.advisor.sizing; "
+        "bad = {'torch', 'numpy', 'pandas'} & set(sys.modules); assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

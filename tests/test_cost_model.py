@@ -43,14 +43,21 @@ def _fitting_tp(name: str) -> int:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(MODEL_NAMES), st.integers(1, 256), st.integers(1, 64), st.integers(1, 32_768),
-       st.integers(1, 4_096))
+@given(
+    st.sampled_from(MODEL_NAMES),
+    st.integers(1, 256),
+    st.integers(1, 64),
+    st.integers(1, 32_768),
+    st.integers(1, 4_096),
+)
 def test_step_time_grows_with_batch_and_context(name, batch, more, context, extra):
     model = CostModel(get_model(name), H100, _fitting_tp(name))
     base = model.step_time([(1, context)] * batch)
     assert model.step_time([(1, context)] * (batch + more)) >= base
     assert model.step_time([(1, context + extra)] * batch) >= base
-    assert model.step_time([(1 + extra, context + extra)] * batch) >= model.step_time([(1, context + extra)] * batch)
+    assert model.step_time([(1 + extra, context + extra)] * batch) >= model.step_time(
+        [(1, context + extra)] * batch
+    )
 
 
 def test_moe_reads_only_the_experts_its_tokens_touch():
@@ -58,19 +65,26 @@ def test_moe_reads_only_the_experts_its_tokens_touch():
     one, many = m.step_cost([(1, 1_000)]), m.step_cost([(1, 1_000)] * 512)
     full = get_model("qwen3-30b-a3b").weight_bytes()
     assert one.bytes_read < 0.2 * full  # 8 of 128 experts
-    assert many.bytes_read == pytest.approx(full + 512 * get_model("qwen3-30b-a3b").kv_bytes_for_tokens(1_000, 2),
-                                            rel=0.01)  # every expert touched
+    assert many.bytes_read == pytest.approx(
+        full + 512 * get_model("qwen3-30b-a3b").kv_bytes_for_tokens(1_000, 2), rel=0.01
+    )  # every expert touched
 
 
 def test_quantization_speeds_up_the_memory_bound_parts():
     long_ctx = [(1, 32_768)] * 32
-    assert step_time(LLAMA_70B, H100, long_ctx, tp=4, kv_dtype="fp8") < step_time(LLAMA_70B, H100, long_ctx, tp=4)
-    assert step_time(LLAMA_70B, H100, [(1, 100)], tp=2, weight_dtype="fp8") < step_time(LLAMA_70B, H100, [(1, 100)], tp=2)
+    assert step_time(LLAMA_70B, H100, long_ctx, tp=4, kv_dtype="fp8") < step_time(
+        LLAMA_70B, H100, long_ctx, tp=4
+    )
+    assert step_time(LLAMA_70B, H100, [(1, 100)], tp=2, weight_dtype="fp8") < step_time(
+        LLAMA_70B, H100, [(1, 100)], tp=2
+    )
 
 
 def test_more_bandwidth_is_faster_decode():
-    times = [step_time(get_model("llama-3.1-8b"), get_gpu(g), [(1, 1_000)]) for g in ("l4", "a100-80gb", "h100-80gb",
-                                                                                        "h200-141gb", "b200")]
+    times = [
+        step_time(get_model("llama-3.1-8b"), get_gpu(g), [(1, 1_000)])
+        for g in ("l4", "a100-80gb", "h100-80gb", "h200-141gb", "b200")
+    ]
     assert times == sorted(times, reverse=True)
 
 
@@ -79,7 +93,9 @@ def test_efficiency_and_overheads_are_stated_and_validated():
     assert (eff.bandwidth, eff.compute, eff.step_overhead_s, eff.allreduce_s) == (0.8, 0.6, 0.5e-3, 10e-6)
     single = CostModel(get_model("llama-3.1-8b"), H100).step_cost([(1, 10)])
     assert single.overhead_s == 0.5e-3
-    assert CostModel(LLAMA_70B, H100, 2).step_cost([(1, 10)]).overhead_s == pytest.approx(0.5e-3 + 160 * 10e-6)
+    assert CostModel(LLAMA_70B, H100, 2).step_cost([(1, 10)]).overhead_s == pytest.approx(
+        0.5e-3 + 160 * 10e-6
+    )
     with pytest.raises(ConfigError, match="bandwidth efficiency"):
         Efficiency(bandwidth=1.2)
 
@@ -99,6 +115,7 @@ def test_bad_batches_and_configs():
 
 # --- the simulated pool is the sizing arithmetic's ----------------------------------------------
 
+
 def test_llama_70b_on_h100_at_0_9():
     """tp=1 in bf16 (141 GB of weights on an 80 GB GPU) is refused, never silently quantized;
     tp=2 or fp8 weights give exactly the sizing arithmetic's block count."""
@@ -116,13 +133,26 @@ def test_max_model_len_must_fit_one_request():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.sampled_from(sorted(MODELS)), st.sampled_from(sorted(GPUS)), st.sampled_from([1, 2, 4, 8]),
-       st.floats(0.5, 1.0), st.sampled_from(["auto", "fp8"]), st.sampled_from([16, 32]))
+@given(
+    st.sampled_from(sorted(MODELS)),
+    st.sampled_from(sorted(GPUS)),
+    st.sampled_from([1, 2, 4, 8]),
+    st.floats(0.5, 1.0),
+    st.sampled_from(["auto", "fp8"]),
+    st.sampled_from([16, 32]),
+)
 def test_simulated_blocks_equal_sizing_everywhere(name, gpu_name, tp, utilisation, kv_dtype, block_size):
     model, gpu = get_model(name), get_gpu(gpu_name)
     try:
-        expected = sizing.plan(model, gpu, tp=tp, utilisation=utilisation, kv_dtype=kv_dtype, block_size=block_size,
-                               max_model_len=min(model.max_context, 4_096)).num_blocks
+        expected = sizing.plan(
+            model,
+            gpu,
+            tp=tp,
+            utilisation=utilisation,
+            kv_dtype=kv_dtype,
+            block_size=block_size,
+            max_model_len=min(model.max_context, 4_096),
+        ).num_blocks
     except sizing.SizingError:
         with pytest.raises(ConfigError):
             simulated_num_blocks(model, gpu, tp, utilisation, kv_dtype, block_size)

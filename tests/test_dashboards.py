@@ -19,26 +19,51 @@ from dashboards import lint
 from dashboards.generate import JSON_DIR, all_panel_queries, build_all, main, problems, render, stale_files
 
 KVSCOPE_METRICS = {
-    "kvscope_target_up", "kvscope_scrape_duration_seconds", "kvscope_scrape_errors_total",
-    "kvscope_kv_usage_ratio", "kvscope_kv_capacity_blocks", "kvscope_kv_block_size_tokens",
-    "kvscope_kv_capacity_tokens", "kvscope_prefix_cache_hit_ratio", "kvscope_preemptions_per_second",
-    "kvscope_requests_running", "kvscope_requests_waiting", "kvscope_prefix_cache_queries_tokens_total",
-    "kvscope_prefix_cache_hits_tokens_total", "kvscope_preemptions_total", "kvscope_requests_finished_total",
-    "kvscope_prompt_tokens_total", "kvscope_generation_tokens_total", "kvscope_time_to_first_token_seconds",
-    "kvscope_inter_token_latency_seconds", "kvscope_e2e_request_latency_seconds",
-    "kvscope_request_queue_time_seconds", "kvscope_advice",
+    "kvscope_target_up",
+    "kvscope_scrape_duration_seconds",
+    "kvscope_scrape_errors_total",
+    "kvscope_kv_usage_ratio",
+    "kvscope_kv_capacity_blocks",
+    "kvscope_kv_block_size_tokens",
+    "kvscope_kv_capacity_tokens",
+    "kvscope_prefix_cache_hit_ratio",
+    "kvscope_preemptions_per_second",
+    "kvscope_requests_running",
+    "kvscope_requests_waiting",
+    "kvscope_prefix_cache_queries_tokens_total",
+    "kvscope_prefix_cache_hits_tokens_total",
+    "kvscope_preemptions_total",
+    "kvscope_requests_finished_total",
+    "kvscope_prompt_tokens_total",
+    "kvscope_generation_tokens_total",
+    "kvscope_time_to_first_token_seconds",
+    "kvscope_inter_token_latency_seconds",
+    "kvscope_e2e_request_latency_seconds",
+    "kvscope_request_queue_time_seconds",
+    "kvscope_advice",
 }
 VLLM_METRICS = {
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
-    "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
-    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-    "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds", "vllm:cache_config_info",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:num_preemptions_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:request_success_total",
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:cache_config_info",
     "up",  # Prometheus' own scrape health
 }
 KNOWN = {"kvscope-overview": KVSCOPE_METRICS, "vllm-native": VLLM_METRICS}
 DASHBOARDS = build_all()
-QUERIES = [(name, title, expr) for name, model in DASHBOARDS.items() for title, expr in all_panel_queries(model)]
+QUERIES = [
+    (name, title, expr) for name, model in DASHBOARDS.items() for title, expr in all_panel_queries(model)
+]
 QUERY_IDS = [f"{name}:{title}:{i}" for i, (name, title, _) in enumerate(QUERIES)]
 
 
@@ -63,8 +88,17 @@ def test_generator_check_mode_and_lint_gate(tmp_path, capsys):
     assert "stale" in capsys.readouterr().err
     assert main(["--out", str(tmp_path)]) == 0 and main(["--check", "--out", str(tmp_path)]) == 0
     assert problems(DASHBOARDS) == []
-    broken = {"x": {"panels": [{"title": "t", "datasource": "Prometheus",
-                                "targets": [{"expr": "sum(vllm:num_preemptions_total)"}]}]}}
+    broken = {
+        "x": {
+            "panels": [
+                {
+                    "title": "t",
+                    "datasource": "Prometheus",
+                    "targets": [{"expr": "sum(vllm:num_preemptions_total)"}],
+                }
+            ]
+        }
+    }
     assert len(problems(broken)) == 2
 
 
@@ -83,7 +117,11 @@ def test_variables(name):
     variables = {v["name"]: v for v in DASHBOARDS[name]["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    wanted = ["target", "model", "instance"] if name == "kvscope-overview" else ["model_name", "instance", "engine"]
+    wanted = (
+        ["target", "model", "instance"]
+        if name == "kvscope-overview"
+        else ["model_name", "instance", "engine"]
+    )
     for var in wanted:
         assert variables[var]["type"] == "query"
         assert variables[var]["query"].startswith("label_values(")
@@ -110,12 +148,16 @@ def test_only_exported_metric_names(name, title, expr):
 
 def test_lint_catches_the_published_mistakes():
     """Each rule rejects a real mistake found in a published dashboard or alert rule."""
-    lifetime = "sum(vllm:prefix_cache_hits_total{m=\"x\"}) / sum(vllm:prefix_cache_queries_total{m=\"x\"})"
+    lifetime = 'sum(vllm:prefix_cache_hits_total{m="x"}) / sum(vllm:prefix_cache_queries_total{m="x"})'
     assert len(lint.counter_problems(lifetime)) == 2
     assert lint.counter_problems("delta(vllm:prefix_cache_hits_total[5m])")
-    assert lint.quantile_problems("histogram_quantile(0.99, rate(vllm:time_to_first_token_seconds_bucket[5m]))")
-    assert lint.unknown_metrics("rate(vllm:num_preemptions{a=\"b\"}[5m])", VLLM_METRICS)
-    assert lint.datasource_problems({"panels": [{"datasource": {"type": "prometheus", "uid": "P1809F7CD0C75ACF3"}}]})
+    assert lint.quantile_problems(
+        "histogram_quantile(0.99, rate(vllm:time_to_first_token_seconds_bucket[5m]))"
+    )
+    assert lint.unknown_metrics('rate(vllm:num_preemptions{a="b"}[5m])', VLLM_METRICS)
+    assert lint.datasource_problems(
+        {"panels": [{"datasource": {"type": "prometheus", "uid": "P1809F7CD0C75ACF3"}}]}
+    )
     assert lint.datasource_problems({"panels": [{"datasource": "Prometheus"}]})
 
 
@@ -123,16 +165,32 @@ def test_overview_covers_the_issue_panels():
     overview = DASHBOARDS["kvscope-overview"]
     exprs = "\n".join(expr for _, expr in all_panel_queries(overview))
     titles = {p["title"] for p in overview["panels"]}
-    for title in ("KV cache usage", "KV capacity", "Running and waiting requests", "Preemptions per second",
-                  "Preemptions per finished request", "Prefix cache hit ratio", "Time to first token",
-                  "Inter-token latency", "End-to-end request latency", "Token throughput", "Target up",
-                  "Live advice"):
+    for title in (
+        "KV cache usage",
+        "KV capacity",
+        "Running and waiting requests",
+        "Preemptions per second",
+        "Preemptions per finished request",
+        "Prefix cache hit ratio",
+        "Time to first token",
+        "Inter-token latency",
+        "End-to-end request latency",
+        "Token throughput",
+        "Target up",
+        "Live advice",
+    ):
         assert title in titles
-    assert re.search(r"rate\(kvscope_preemptions_total\{[^}]*\}\[\$__rate_interval\]\)\) / \(sum by \([^)]*\) "
-                     r"\(rate\(kvscope_requests_finished_total", exprs)
+    assert re.search(
+        r"rate\(kvscope_preemptions_total\{[^}]*\}\[\$__rate_interval\]\)\) / \(sum by \([^)]*\) "
+        r"\(rate\(kvscope_requests_finished_total",
+        exprs,
+    )
     for histogram in ("time_to_first_token", "inter_token_latency", "e2e_request_latency"):
         for q in ("0.5", "0.95", "0.99"):
-            assert f"histogram_quantile({q}, sum by (le, target, model) (rate(kvscope_{histogram}_seconds_bucket" in exprs
+            assert (
+                f"histogram_quantile({q}, sum by (le, target, model) (rate(kvscope_{histogram}_seconds_bucket"
+                in exprs
+            )
     usage = next(p for p in overview["panels"] if p["title"] == "KV cache usage")
     steps = [s["value"] for s in usage["fieldConfig"]["defaults"]["thresholds"]["steps"]]
     assert steps == [None, 0.9, 0.98]
@@ -152,11 +210,17 @@ def test_layout_is_on_the_grid():
 def test_every_panel_query_parses_as_promql(tmp_path):
     """promtool parses each query (Grafana's variables replaced by values), so a syntax
     error fails here rather than as a red triangle in Grafana."""
-    rules = [{"record": f"kvscope_dashboard_check:q{i}",
-              "expr": re.sub(r"\$\w+", ".*", expr.replace("$__rate_interval", "1m"))}
-             for i, (_, _, expr) in enumerate(QUERIES)]
+    rules = [
+        {
+            "record": f"kvscope_dashboard_check:q{i}",
+            "expr": re.sub(r"\$\w+", ".*", expr.replace("$__rate_interval", "1m")),
+        }
+        for i, (_, _, expr) in enumerate(QUERIES)
+    ]
     path = tmp_path / "queries.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "panel-queries", "rules": rules}]}))
-    result = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(rules)} rules found" in result.stdout

@@ -75,18 +75,36 @@ def test_dashboards_and_alerts_on_real_prometheus_exporter_and_engine(tmp_path):
                 t.join()
             i += 8
 
-    with server(engine_argv(port), port, "/health", 180.0, tmp_path / "engine.log") as engine_base, \
-            open(tmp_path / "exporter.log", "wb") as log:
-        exporter = subprocess.Popen([sys.executable, "-m", "exporter", "--target", f"engine=http://127.0.0.1:{port}",
-                                     "--listen", f"127.0.0.1:{eport}", "--interval", "1s"], cwd=ROOT, stdout=log,
-                                    stderr=subprocess.STDOUT)
+    with (
+        server(engine_argv(port), port, "/health", 180.0, tmp_path / "engine.log") as engine_base,
+        open(tmp_path / "exporter.log", "wb") as log,
+    ):
+        exporter = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "--target",
+                f"engine=http://127.0.0.1:{port}",
+                "--listen",
+                f"127.0.0.1:{eport}",
+                "--interval",
+                "1s",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         loader = threading.Thread(target=keep_loading, args=(engine_base,), daemon=True)
         loader.start()
         try:
             with shipped_prometheus(tmp_path, eport, port, [shortened_alerts(tmp_path)]) as base:
                 dashboards = build_all()
-                pending = {(name, title, expr) for name, model in dashboards.items()
-                           for title, expr in all_panel_queries(model)}
+                pending = {
+                    (name, title, expr)
+                    for name, model in dashboards.items()
+                    for title, expr in all_panel_queries(model)
+                }
                 assert len(pending) > 20
                 deadline = time.monotonic() + 120
                 while pending and time.monotonic() < deadline:

@@ -51,14 +51,19 @@ class FakeGrafana:
         return await handler(request)
 
     async def list_folders(self, request: web.Request) -> web.Response:
-        return web.json_response([{"id": f["id"], "uid": f["uid"], "title": f["title"]} for f in self.folders])
+        return web.json_response(
+            [{"id": f["id"], "uid": f["uid"], "title": f["title"]} for f in self.folders]
+        )
 
     async def create_folder(self, request: web.Request) -> web.Response:
         body = await request.json()
         if any(f["title"] == body["title"] for f in self.folders):
             return web.json_response({"message": "a folder with the same name already exists"}, status=409)
-        folder = {"id": next(self._ids), "uid": body.get("uid") or f"f{len(self.folders) + 1}x",
-                  "title": body["title"]}
+        folder = {
+            "id": next(self._ids),
+            "uid": body.get("uid") or f"f{len(self.folders) + 1}x",
+            "title": body["title"],
+        }
         self.folders.append(folder)
         return web.json_response({**folder, "url": f"/dashboards/f/{folder['uid']}/", "version": 1})
 
@@ -71,12 +76,22 @@ class FakeGrafana:
             return web.json_response({"message": "folder not found"}, status=400)
         existing = self.dashboards.get(model["uid"])
         if existing and not body.get("overwrite"):
-            return web.json_response({"message": "The dashboard has been changed by someone else",
-                                      "status": "version-mismatch"}, status=412)
+            return web.json_response(
+                {"message": "The dashboard has been changed by someone else", "status": "version-mismatch"},
+                status=412,
+            )
         version = existing["version"] + 1 if existing else 1
         self.dashboards[model["uid"]] = {"model": model, "folderUid": folder_uid, "version": version}
-        return web.json_response({"id": next(self._ids), "uid": model["uid"], "status": "success",
-                                  "url": f"/d/{model['uid']}/slug", "version": version, "slug": "slug"})
+        return web.json_response(
+            {
+                "id": next(self._ids),
+                "uid": model["uid"],
+                "status": "success",
+                "url": f"/d/{model['uid']}/slug",
+                "version": version,
+                "slug": "slug",
+            }
+        )
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth])

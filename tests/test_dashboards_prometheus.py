@@ -39,23 +39,48 @@ LABELS = ("target", "model", "instance")
 SERIES = ("engine-a", "tiny-llama", "gpu0")
 BUCKETS = (0.01, 0.1, 1.0, 10.0)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed"),
+]
 
 
 def exporter_registry() -> tuple[CollectorRegistry, callable]:
     """The canonical kvscope_* families, and a function that moves them along."""
     reg = CollectorRegistry()
-    gauges = [Gauge(n, n, LABELS, registry=reg) for n in (
-        "kvscope_kv_usage_ratio", "kvscope_kv_capacity_blocks", "kvscope_kv_block_size_tokens",
-        "kvscope_kv_capacity_tokens", "kvscope_prefix_cache_hit_ratio", "kvscope_preemptions_per_second",
-        "kvscope_requests_running", "kvscope_requests_waiting")]
-    counters = [Counter(n, n, LABELS, registry=reg) for n in (
-        "kvscope_prefix_cache_queries_tokens", "kvscope_prefix_cache_hits_tokens", "kvscope_preemptions",
-        "kvscope_requests_finished", "kvscope_prompt_tokens", "kvscope_generation_tokens")]
-    histograms = [Histogram(n, n, LABELS, buckets=BUCKETS, registry=reg) for n in (
-        "kvscope_time_to_first_token_seconds", "kvscope_inter_token_latency_seconds",
-        "kvscope_e2e_request_latency_seconds", "kvscope_request_queue_time_seconds")]
+    gauges = [
+        Gauge(n, n, LABELS, registry=reg)
+        for n in (
+            "kvscope_kv_usage_ratio",
+            "kvscope_kv_capacity_blocks",
+            "kvscope_kv_block_size_tokens",
+            "kvscope_kv_capacity_tokens",
+            "kvscope_prefix_cache_hit_ratio",
+            "kvscope_preemptions_per_second",
+            "kvscope_requests_running",
+            "kvscope_requests_waiting",
+        )
+    ]
+    counters = [
+        Counter(n, n, LABELS, registry=reg)
+        for n in (
+            "kvscope_prefix_cache_queries_tokens",
+            "kvscope_prefix_cache_hits_tokens",
+            "kvscope_preemptions",
+            "kvscope_requests_finished",
+            "kvscope_prompt_tokens",
+            "kvscope_generation_tokens",
+        )
+    ]
+    histograms = [
+        Histogram(n, n, LABELS, buckets=BUCKETS, registry=reg)
+        for n in (
+            "kvscope_time_to_first_token_seconds",
+            "kvscope_inter_token_latency_seconds",
+            "kvscope_e2e_request_latency_seconds",
+            "kvscope_request_queue_time_seconds",
+        )
+    ]
     up = Gauge("kvscope_target_up", "up", ["target"], registry=reg)
     duration = Gauge("kvscope_scrape_duration_seconds", "duration", ["target"], registry=reg)
     errors = Counter("kvscope_scrape_errors", "errors", ["target", "reason"], registry=reg)
@@ -81,17 +106,43 @@ def engine_registry() -> tuple[CollectorRegistry, callable]:
     """vLLM V1's names and labels, as the reference engine exposes them."""
     reg = CollectorRegistry()
     labels = ("model_name", "engine")
-    gauges = [Gauge(n, n, labels, registry=reg) for n in (
-        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")]
-    counters = [Counter(n, n, labels, registry=reg) for n in (
-        "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions",
-        "vllm:prompt_tokens", "vllm:generation_tokens")]
+    gauges = [
+        Gauge(n, n, labels, registry=reg)
+        for n in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+    ]
+    counters = [
+        Counter(n, n, labels, registry=reg)
+        for n in (
+            "vllm:prefix_cache_queries",
+            "vllm:prefix_cache_hits",
+            "vllm:num_preemptions",
+            "vllm:prompt_tokens",
+            "vllm:generation_tokens",
+        )
+    ]
     success = Counter("vllm:request_success", "finished", [*labels, "finished_reason"], registry=reg)
-    histograms = [Histogram(n, n, labels, buckets=BUCKETS, registry=reg) for n in (
-        "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-        "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds")]
-    info = Gauge("vllm:cache_config_info", "config", ["engine", "block_size", "num_gpu_blocks", "cache_dtype",
-                                                        "enable_prefix_caching", "gpu_memory_utilization"], registry=reg)
+    histograms = [
+        Histogram(n, n, labels, buckets=BUCKETS, registry=reg)
+        for n in (
+            "vllm:time_to_first_token_seconds",
+            "vllm:inter_token_latency_seconds",
+            "vllm:e2e_request_latency_seconds",
+            "vllm:request_queue_time_seconds",
+        )
+    ]
+    info = Gauge(
+        "vllm:cache_config_info",
+        "config",
+        [
+            "engine",
+            "block_size",
+            "num_gpu_blocks",
+            "cache_dtype",
+            "enable_prefix_caching",
+            "gpu_memory_utilization",
+        ],
+        registry=reg,
+    )
     info.labels("0", "16", "64", "auto", "True", "0.9").set(1)
 
     def tick(i: int) -> None:
@@ -145,10 +196,15 @@ def grafana_to_promql(expr: str) -> str:
 
 def test_every_panel_query_returns_data_from_real_prometheus(tmp_path):
     dashboards = build_all()
-    queries = {(name, title, grafana_to_promql(expr))
-               for name, model in dashboards.items() for title, expr in all_panel_queries(model)}
-    with serving(exporter_registry(), engine_registry()) as (exporter_port, engine_port), \
-            shipped_prometheus(tmp_path, exporter_port, engine_port) as base:
+    queries = {
+        (name, title, grafana_to_promql(expr))
+        for name, model in dashboards.items()
+        for title, expr in all_panel_queries(model)
+    }
+    with (
+        serving(exporter_registry(), engine_registry()) as (exporter_port, engine_port),
+        shipped_prometheus(tmp_path, exporter_port, engine_port) as base,
+    ):
         pending = set(queries)
         deadline = time.monotonic() + 45
         while pending and time.monotonic() < deadline:
@@ -169,5 +225,10 @@ def test_every_panel_query_returns_data_from_real_prometheus(tmp_path):
         assert query(base, "vllm:num_requests_running")
         assert not query(base, '{__name__=~"vllm_.+"}')
 
-        assert {"KvscopeKVCacheSaturated", "KvscopePersistentPreemption", "KvscopeLowPrefixHitRatio",
-                "KvscopeTargetDown", "KvscopeExporterDown"} <= rule_names(base)
+        assert {
+            "KvscopeKVCacheSaturated",
+            "KvscopePersistentPreemption",
+            "KvscopeLowPrefixHitRatio",
+            "KvscopeTargetDown",
+            "KvscopeExporterDown",
+        } <= rule_names(base)

@@ -7,8 +7,14 @@ from reference_engine.engine_factory import build_engine
 from reference_engine.model.registry import load_model
 from reference_engine.sampling_params import SamplingParams
 
-PROMPTS = ["The capital of France is", "Water boils at a temperature of", "The largest planet in the solar system is",
-           "In 1492, Christopher Columbus", "The recipe calls for two cups of", "Photosynthesis is the process by which"]
+PROMPTS = [
+    "The capital of France is",
+    "Water boils at a temperature of",
+    "The largest planet in the solar system is",
+    "In 1492, Christopher Columbus",
+    "The recipe calls for two cups of",
+    "Photosynthesis is the process by which",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +49,9 @@ def test_triton_backend_matches_torch_on_smollm2(smollm2):
 # Bounds set from a measurement on these six prompts x 16 greedy tokens (2026-11-29):
 # int8 agreed on 100% of tokens, mean |delta prompt logprob| 0.020; fp8 agreed on 89.6%,
 # mean |delta| 0.060. The bounds leave room for platform noise, not for a broken format.
-@pytest.mark.parametrize("kv_dtype, min_agreement, max_mean_logprob_error", [("int8", 0.95, 0.04), ("fp8", 0.8, 0.1)])
+@pytest.mark.parametrize(
+    "kv_dtype, min_agreement, max_mean_logprob_error", [("int8", 0.95, 0.04), ("fp8", 0.8, 0.1)]
+)
 def test_8bit_kv_agrees_with_full_precision(smollm2, kv_dtype, min_agreement, max_mean_logprob_error):
     base_tokens, base_lp, _ = generate(smollm2, PROMPTS, 16)
     tokens, lp, _ = generate(smollm2, PROMPTS, 16, kv_cache_dtype=kv_dtype)
@@ -58,8 +66,13 @@ def test_8bit_kv_agrees_with_full_precision(smollm2, kv_dtype, min_agreement, ma
 
 def test_8bit_kv_holds_twice_the_tokens_of_16bit_at_a_fixed_budget(smollm2):
     budget = 64 * 1024 * 1024
-    blocks = {d: build_engine(EngineConfig(model=smollm2.source, kv_cache_memory=budget, kv_cache_dtype=d, dtype="float32"),
-                              smollm2).num_blocks for d in ("float16", "fp8", "int8")}
+    blocks = {
+        d: build_engine(
+            EngineConfig(model=smollm2.source, kv_cache_memory=budget, kv_cache_dtype=d, dtype="float32"),
+            smollm2,
+        ).num_blocks
+        for d in ("float16", "fp8", "int8")
+    }
     assert blocks["fp8"] == 2 * blocks["float16"]
     # int8 keeps a float16 scale per token and head: 2*64/(64+2) = 1.94x at SmolLM2's head_dim 64.
     assert blocks["int8"] >= 1.9 * blocks["float16"]

@@ -39,9 +39,21 @@ def greedy(loaded, prompts, max_tokens=12, **overrides):
 @pytest.mark.parametrize(
     "a, b, check",
     [
-        ({"enable_prefix_caching": True}, {"enable_prefix_caching": False}, lambda sa, sb: sa.prefix_cache_hits > 0),
-        ({"num_blocks": 12}, {"num_blocks": 512}, lambda sa, sb: sa.num_preemptions > 0 == sb.num_preemptions),
-        ({"allocator": "contiguous", "max_model_len": 96, "num_blocks": 64}, {"max_model_len": 96}, lambda sa, sb: True),
+        (
+            {"enable_prefix_caching": True},
+            {"enable_prefix_caching": False},
+            lambda sa, sb: sa.prefix_cache_hits > 0,
+        ),
+        (
+            {"num_blocks": 12},
+            {"num_blocks": 512},
+            lambda sa, sb: sa.num_preemptions > 0 == sb.num_preemptions,
+        ),
+        (
+            {"allocator": "contiguous", "max_model_len": 96, "num_blocks": 64},
+            {"max_model_len": 96},
+            lambda sa, sb: True,
+        ),
         ({"max_num_batched_tokens": 7}, {"max_num_batched_tokens": 4096}, lambda sa, sb: sa.steps > sb.steps),
     ],
     ids=["prefix-cache", "preemption", "contiguous", "chunked-prefill"],
@@ -67,7 +79,9 @@ def test_smollm2_greedy_identical_under_preemption_and_chunking(smollm2):
 def test_same_seed_twice_with_n_gives_identical_choices(tiny):
     def run():
         built = build_engine(EngineConfig(model="tiny-random", num_blocks=64), tiny)
-        (res,) = built.engine.generate([[7, 8, 9, 10, 11]], SamplingParams(max_tokens=8, n=3, temperature=1.0, seed=42))
+        (res,) = built.engine.generate(
+            [[7, 8, 9, 10, 11]], SamplingParams(max_tokens=8, n=3, temperature=1.0, seed=42)
+        )
         return [c.output_token_ids for c in res.choices]
 
     first, second = run(), run()
@@ -76,8 +90,21 @@ def test_same_seed_twice_with_n_gives_identical_choices(tiny):
 
 
 def test_generate_cli_reports_completions_and_kv_statistics(capsys):
-    rc = main(["engine", "generate", "--model", "smollm2-135m", "--temperature", "0", "--max-tokens", "16", "--json",
-               "The capital of France is", "The chemical symbol for gold is"])
+    rc = main(
+        [
+            "engine",
+            "generate",
+            "--model",
+            "smollm2-135m",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "16",
+            "--json",
+            "The capital of France is",
+            "The chemical symbol for gold is",
+        ]
+    )
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
     texts = [c["choices"][0]["text"] for c in data["completions"]]

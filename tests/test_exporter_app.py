@@ -45,9 +45,11 @@ class Engine:
             s.prompt_tokens += 1000
             s.generation_tokens += 100
             s.finished["stop"] += 2
-            return web.Response(text=vllm_v1_exposition([s], model="tiny", cache_dtype="auto",
-                                                         gpu_memory_utilization=0.8),
-                                content_type="text/plain")
+            return web.Response(
+                text=vllm_v1_exposition([s], model="tiny", cache_dtype="auto", gpu_memory_utilization=0.8),
+                content_type="text/plain",
+            )
+
         app = web.Application()
         app.router.add_get("/metrics", metrics)
         return app
@@ -56,14 +58,18 @@ class Engine:
 def static_app(text: str) -> web.Application:
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(text=text, content_type="text/plain")
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     return app
 
 
 def families(text: str) -> dict[tuple[str, tuple], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
@@ -82,8 +88,10 @@ async def wait_until(pred, timeout: float = 10.0) -> None:
 def test_vllm_fixtures_end_to_end(tmp_path: Path) -> None:
     async def main() -> str:
         async with serve_app(static_app(DP2)) as dp2, serve_app(static_app(V010)) as v010:
-            exporter = Exporter([Target("dp2", dp2 + "/metrics"), Target("glm", v010 + "/metrics")],
-                                Options(interval=0.2, record_dir=tmp_path / "rec"))
+            exporter = Exporter(
+                [Target("dp2", dp2 + "/metrics"), Target("glm", v010 + "/metrics")],
+                Options(interval=0.2, record_dir=tmp_path / "rec"),
+            )
             async with serve_app(make_app(exporter)) as base, aiohttp.ClientSession() as s:
                 await wait_until(lambda: _scraped(exporter, 3))
                 status, text = await get(s, base + "/metrics")
@@ -103,14 +111,23 @@ def test_vllm_fixtures_end_to_end(tmp_path: Path) -> None:
                 assert m[("kvscope_requests_finished_total", lab)] == 50
                 assert m[("kvscope_prompt_tokens_total", lab)] == 10000
                 assert m[("kvscope_generation_tokens_total", lab)] == 2500
-                assert m[("kvscope_time_to_first_token_seconds_bucket", (*lab[:1], ("le", "0.5"), *lab[1:]))] == 40
+                assert (
+                    m[("kvscope_time_to_first_token_seconds_bucket", (*lab[:1], ("le", "0.5"), *lab[1:]))]
+                    == 40
+                )
                 assert m[("kvscope_time_to_first_token_seconds_count", lab)] == 50
                 assert m[("kvscope_time_to_first_token_seconds_sum", lab)] == 14.5
                 assert m[("kvscope_preemptions_per_second", lab)] == 0.0  # static counters
                 assert ("kvscope_prefix_cache_hit_ratio", lab) not in m  # nothing queried in the window
                 advice = {k[1][0][1]: v for k, v in m.items() if k[0] == "kvscope_advice" and k[1][1:] == lab}
-                assert set(advice) == {"quantize_kv_cache", "cut_context", "add_memory",
-                                       "raise_memory_utilization", "make_prefix_identical", "kv_not_bottleneck"}
+                assert set(advice) == {
+                    "quantize_kv_cache",
+                    "cut_context",
+                    "add_memory",
+                    "raise_memory_utilization",
+                    "make_prefix_identical",
+                    "kv_not_bottleneck",
+                }
                 glm = (("instance", "0"), ("model", "zai-org/GLM-4.5"), ("target", "glm"))
                 assert m[("kvscope_prefix_cache_queries_tokens_total", glm)] == 32
                 assert ("kvscope_kv_capacity_blocks", glm) not in m  # unknown is absent, never 0
@@ -118,7 +135,9 @@ def test_vllm_fixtures_end_to_end(tmp_path: Path) -> None:
                 status, body = await get(s, base + "/api/v1/targets")
                 targets = {t["name"]: t for t in json.loads(body)["targets"]}
                 assert targets["dp2"]["dialect"] == "vllm" and targets["dp2"]["up"]
-                assert targets["glm"]["variant"] == "v1" and any("mix names" in n for n in targets["glm"]["notes"])
+                assert targets["glm"]["variant"] == "v1" and any(
+                    "mix names" in n for n in targets["glm"]["notes"]
+                )
                 status, body = await get(s, base + "/api/v1/samples?target=dp2&since=0")
                 samples = json.loads(body)["targets"][0]["samples"]
                 assert len(samples) >= 3 and samples[-1]["instances"][1]["kv_usage_ratio"] == 0.25
@@ -142,13 +161,16 @@ def test_vllm_fixtures_end_to_end(tmp_path: Path) -> None:
 def _scraped(exporter: Exporter, n: int):
     async def pred() -> bool:
         return all(st.scrapes >= n for st in exporter.states)
+
     return pred()
 
 
 def check_promtool(text: str, tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: scripts/setup.sh installs Debian's prometheus package"
-    proc = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
+    proc = subprocess.run(
+        [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
+    )
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
     assert proc.stdout.decode().strip() == "" and proc.stderr.decode().strip() == "", proc.stderr.decode()
 
@@ -157,8 +179,10 @@ def test_live_engine_restart_and_advice(tmp_path: Path) -> None:
     async def main() -> None:
         port = free_port()
         engine = Engine(usage=0.99)
-        exporter = Exporter([Target("eng", f"http://127.0.0.1:{port}/metrics")],
-                            Options(interval=0.2, timeout=0.5, window=30, record_dir=tmp_path))
+        exporter = Exporter(
+            [Target("eng", f"http://127.0.0.1:{port}/metrics")],
+            Options(interval=0.2, timeout=0.5, window=30, record_dir=tmp_path),
+        )
         lab = (("instance", "0"), ("model", "tiny"), ("target", "eng"))
         async with serve_app(make_app(exporter)) as base, aiohttp.ClientSession() as s:
             async with serve_app(engine.app(), port):
@@ -176,7 +200,9 @@ def test_live_engine_restart_and_advice(tmp_path: Path) -> None:
             await wait_until(lambda: _scraped(exporter, down_from + 3))
             m = families((await get(s, base + "/metrics"))[1])
             assert m[("kvscope_target_up", (("target", "eng"),))] == 0
-            assert m[("kvscope_scrape_errors_total", (("reason", "connection_refused"), ("target", "eng")))] >= 3
+            assert (
+                m[("kvscope_scrape_errors_total", (("reason", "connection_refused"), ("target", "eng")))] >= 3
+            )
             assert ("kvscope_kv_usage_ratio", lab) not in m
             # restart with fresh counters
             engine.state = EngineState(running=3, waiting=4, kv_usage=0.99)
@@ -195,7 +221,9 @@ def test_live_engine_restart_and_advice(tmp_path: Path) -> None:
         runs = [r["up"] for i, r in enumerate(rows) if i == 0 or r["up"] != rows[i - 1]["up"]]
         assert runs[-3:] == [True, False, True]  # serving, outage, serving again
         assert {r["reason"] for r in rows if not r["up"]} == {"connection_refused"}
-        assert all(r["preemptions_per_second"] is None or r["preemptions_per_second"] >= 0 for r in rows if r["up"])
+        assert all(
+            r["preemptions_per_second"] is None or r["preemptions_per_second"] >= 0 for r in rows if r["up"]
+        )
 
     asyncio.run(main())
 
@@ -238,7 +266,9 @@ def test_metrics_rendering_is_reused_until_the_next_ingest() -> None:
             assert (await get(s, base + "/metrics"))[1] == first
             ingest()
             assert families((await get(s, base + "/metrics"))[1])[("kvscope_kv_usage_ratio", lab)] == 0.9
-            async with s.get(base + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}) as r:
+            async with s.get(
+                base + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+            ) as r:
                 assert r.headers["Content-Type"].startswith("application/openmetrics-text")
                 assert (await r.text()).rstrip().endswith("# EOF")
             plain = (await get(s, base + "/metrics"))[1]  # the OpenMetrics body was not served as text

@@ -18,9 +18,21 @@ from harness.cli import main
 DATA = Path(__file__).parent / "data" / "metrics"
 ROOT = Path(__file__).resolve().parents[1]
 TRITON = DATA / "trtllm-triton_0.14plus_ifb_nv_trt_llm_readme.prom"
-KEYS = {"labels", "kv_usage_ratio", "kv_capacity_blocks", "kv_block_size_tokens", "kv_capacity_tokens",
-        "prefix_cache_queries_tokens", "prefix_cache_hits_tokens", "preemptions", "requests_running",
-        "requests_waiting", "prompt_tokens", "generation_tokens", "requests_finished"}
+KEYS = {
+    "labels",
+    "kv_usage_ratio",
+    "kv_capacity_blocks",
+    "kv_block_size_tokens",
+    "kv_capacity_tokens",
+    "prefix_cache_queries_tokens",
+    "prefix_cache_hits_tokens",
+    "preemptions",
+    "requests_running",
+    "requests_waiting",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_finished",
+}
 
 
 def test_inspect_file_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,8 +53,13 @@ def test_inspect_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_inspect_stdin() -> None:
     text = (DATA / "synthetic_tgi_3.x.prom").read_text()
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "exporter", "inspect", "-", "--json"], cwd=ROOT,
-                          input=text.encode(), capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "exporter", "inspect", "-", "--json"],
+        cwd=ROOT,
+        input=text.encode(),
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     doc = json.loads(proc.stdout)
     assert doc["dialect"] == "tgi" and doc["instances"][0]["kv_usage_ratio"] == 0.75
@@ -94,13 +111,24 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["exporter", "--help"])
     out = capsys.readouterr().out
-    for word in ("--target", "[NAME=]URL", "--listen", "127.0.0.1:9400", "--interval", "--dialect", "--record",
-                 "inspect", "honor_labels"):
+    for word in (
+        "--target",
+        "[NAME=]URL",
+        "--listen",
+        "127.0.0.1:9400",
+        "--interval",
+        "--dialect",
+        "--record",
+        "inspect",
+        "honor_labels",
+    ):
         assert word in out
 
 
 def test_option_parsers() -> None:
-    assert duration("1s") == 1 and duration("500ms") == 0.5 and duration("2m") == 120 and duration("1.5") == 1.5
+    assert (
+        duration("1s") == 1 and duration("500ms") == 0.5 and duration("2m") == 120 and duration("1.5") == 1.5
+    )
     assert size("10MiB") == 10 << 20 and size("512k") == 512 << 10 and size("100") == 100
     assert listen_address("127.0.0.1:9400") == ("127.0.0.1", 9400)
     assert listen_address("[::1]:80") == ("::1", 80)
@@ -110,9 +138,11 @@ def test_option_parsers() -> None:
 
 
 def test_exporter_imports_stay_light() -> None:
-    code = ("import sys, exporter.cli, exporter.app, exporter.serve, exporter.inspect_cmd, exporter.synthetic\n"
-            "heavy = [m for m in ('torch', 'locust', 'pandas', 'numpy', 'reference_engine', 'harness', "
-            "'loadtests', 'dashboards') if m in sys.modules]\n"
-            "assert not heavy, heavy\n")
+    code = (
+        "import sys, exporter.cli, exporter.app, exporter.serve, exporter.inspect_cmd, exporter.synthetic\n"
+        "heavy = [m for m in ('torch', 'locust', 'pandas', 'numpy', 'reference_engine', 'harness', "
+        "'loadtests', 'dashboards') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()

@@ -16,9 +16,20 @@ from exporter.inspect_cmd import report
 from exporter.parse import parse_exposition
 
 DATA = Path(__file__).parent / "data" / "metrics"
-FIELDS = ("kv_usage_ratio", "kv_capacity_blocks", "kv_block_size_tokens", "kv_capacity_tokens",
-          "prefix_cache_queries_tokens", "prefix_cache_hits_tokens", "preemptions", "requests_running",
-          "requests_waiting", "prompt_tokens", "generation_tokens", "requests_finished")
+FIELDS = (
+    "kv_usage_ratio",
+    "kv_capacity_blocks",
+    "kv_block_size_tokens",
+    "kv_capacity_tokens",
+    "prefix_cache_queries_tokens",
+    "prefix_cache_hits_tokens",
+    "preemptions",
+    "requests_running",
+    "requests_waiting",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_finished",
+)
 
 
 def inst(labels: dict, **values: float | None) -> dict:
@@ -27,78 +38,253 @@ def inst(labels: dict, **values: float | None) -> dict:
 
 
 EXPECTED: dict[str, tuple[str, list[dict]]] = {
-    "llamacpp_b5600-era_no_labels_pr13196.prom": ("llamacpp", [
-        inst({}, prompt_tokens=143, generation_tokens=673)]),
-    "sglang_0.4.x_docs_production_metrics.prom": ("sglang", [
-        inst({"model_name": "meta-llama/Llama-3.1-8B-Instruct"}, kv_usage_ratio=0.28, requests_running=162,
-             requests_waiting=2826, prompt_tokens=8128902, generation_tokens=7557572,
-             requests_finished=11228)]),  # e2e histogram _count; cache_hit_rate 0.0075 ignored
-    "trtllm-triton_0.14plus_ifb_nv_trt_llm_readme.prom": ("trtllm", [
-        inst({"model": "tensorrt_llm", "version": "1"}, kv_usage_ratio=0.4875, kv_capacity_blocks=6239,
-             kv_block_size_tokens=64, kv_capacity_tokens=6239 * 64, requests_running=0, requests_waiting=1)]),
-    "vllm_0.10.0_v1_created_series_deprecated_gpu_prefix_prodstack617.prom": ("vllm", [
-        inst({"model_name": "zai-org/GLM-4.5", "engine": "0"}, kv_usage_ratio=9.75010481363281e-06,
-             prefix_cache_queries_tokens=32, prefix_cache_hits_tokens=0)]),
+    "llamacpp_b5600-era_no_labels_pr13196.prom": (
+        "llamacpp",
+        [inst({}, prompt_tokens=143, generation_tokens=673)],
+    ),
+    "sglang_0.4.x_docs_production_metrics.prom": (
+        "sglang",
+        [
+            inst(
+                {"model_name": "meta-llama/Llama-3.1-8B-Instruct"},
+                kv_usage_ratio=0.28,
+                requests_running=162,
+                requests_waiting=2826,
+                prompt_tokens=8128902,
+                generation_tokens=7557572,
+                requests_finished=11228,
+            )
+        ],
+    ),  # e2e histogram _count; cache_hit_rate 0.0075 ignored
+    "trtllm-triton_0.14plus_ifb_nv_trt_llm_readme.prom": (
+        "trtllm",
+        [
+            inst(
+                {"model": "tensorrt_llm", "version": "1"},
+                kv_usage_ratio=0.4875,
+                kv_capacity_blocks=6239,
+                kv_block_size_tokens=64,
+                kv_capacity_tokens=6239 * 64,
+                requests_running=0,
+                requests_waiting=1,
+            )
+        ],
+    ),
+    "vllm_0.10.0_v1_created_series_deprecated_gpu_prefix_prodstack617.prom": (
+        "vllm",
+        [
+            inst(
+                {"model_name": "zai-org/GLM-4.5", "engine": "0"},
+                kv_usage_ratio=9.75010481363281e-06,
+                prefix_cache_queries_tokens=32,
+                prefix_cache_hits_tokens=0,
+            )
+        ],
+    ),
     "vllm_0.6.x_v0_help_type_without_samples_functionary_pr263.prom": ("vllm", []),
-    "synthetic_vllm_0.11_v1_dp2_cache_config.prom": ("vllm", [
-        inst({"model_name": "Qwen/Qwen2.5-7B-Instruct", "engine": "0"}, kv_usage_ratio=0.75,
-             kv_capacity_blocks=20000, kv_block_size_tokens=16, kv_capacity_tokens=320000,
-             prefix_cache_queries_tokens=10000, prefix_cache_hits_tokens=4000, preemptions=7,
-             requests_running=12, requests_waiting=3, prompt_tokens=10000, generation_tokens=2500,
-             requests_finished=50),
-        inst({"model_name": "Qwen/Qwen2.5-7B-Instruct", "engine": "1"}, kv_usage_ratio=0.25,
-             kv_capacity_blocks=10000, kv_block_size_tokens=16, kv_capacity_tokens=160000,
-             prefix_cache_queries_tokens=6000, prefix_cache_hits_tokens=1500, preemptions=0,
-             requests_running=9, requests_waiting=0, prompt_tokens=6000, generation_tokens=1200,
-             requests_finished=30),
-        # aggregate: usage weighted by blocks (0.75*20000 + 0.25*10000) / 30000
-        inst({"model_name": "Qwen/Qwen2.5-7B-Instruct", "engine": "all"}, kv_usage_ratio=17500 / 30000,
-             kv_capacity_blocks=30000, kv_block_size_tokens=16, kv_capacity_tokens=480000,
-             prefix_cache_queries_tokens=16000, prefix_cache_hits_tokens=5500, preemptions=7,
-             requests_running=21, requests_waiting=3, prompt_tokens=16000, generation_tokens=3700,
-             requests_finished=80)]),
-    "synthetic_vllm_0.8_v1_block_counted_prefix.prom": ("vllm", [
-        # 300 / 120 blocks x block_size 16
-        inst({"model_name": "meta-llama/Llama-3.1-8B-Instruct"}, kv_usage_ratio=0.5, kv_capacity_blocks=1000,
-             kv_block_size_tokens=16, kv_capacity_tokens=16000, prefix_cache_queries_tokens=4800,
-             prefix_cache_hits_tokens=1920, requests_running=4, requests_waiting=0)]),
-    "synthetic_vllm_rust_frontend_openmetrics.prom": ("vllm", [
-        inst({"model_name": "m", "engine": "0"}, kv_usage_ratio=0.99, preemptions=5, requests_waiting=6,
-             prompt_tokens=1234)]),
-    "synthetic_vllm_gateway_underscored.prom": ("vllm", [
-        inst({"model_name": "m", "engine": "0"}, kv_usage_ratio=0.125, prefix_cache_queries_tokens=64,
-             prefix_cache_hits_tokens=48, requests_running=2, requests_waiting=1)]),
-    "synthetic_sglang_2026_dp_tp_ranks.prom": ("sglang", [
-        # kv_used_tokens / max_total_num_tokens = 80000 / 100000 (token_usage 0.9 not used)
-        inst({"model_name": "qwen", "dp_rank": "0"}, kv_usage_ratio=0.8, kv_capacity_tokens=100000,
-             prefix_cache_queries_tokens=50000, prefix_cache_hits_tokens=20000, preemptions=11,
-             requests_running=30, requests_waiting=5, prompt_tokens=50000, generation_tokens=20000,
-             requests_finished=100),
-        inst({"model_name": "qwen", "dp_rank": "1"}, kv_usage_ratio=0.4, kv_capacity_tokens=100000,
-             preemptions=0, requests_running=20, requests_waiting=0),
-        inst({"model_name": "qwen", "dp_rank": "all"}, kv_usage_ratio=0.6, kv_capacity_tokens=200000,
-             prefix_cache_queries_tokens=50000, prefix_cache_hits_tokens=20000, preemptions=11,
-             requests_running=50, requests_waiting=5, prompt_tokens=50000, generation_tokens=20000,
-             requests_finished=100)]),
-    "synthetic_trtllm-serve_2026_prefixed.prom": ("trtllm", [
-        # prefix: reused 30, reused + missed 100 blocks, x 32 tokens per block
-        inst({"model_name": "llama"}, kv_usage_ratio=0.6, kv_capacity_blocks=4096, kv_block_size_tokens=32,
-             kv_capacity_tokens=131072, prefix_cache_queries_tokens=3200, prefix_cache_hits_tokens=960,
-             requests_running=16, requests_waiting=2, prompt_tokens=9000, generation_tokens=3000,
-             requests_finished=30)]),
-    "synthetic_trtllm-serve_1.0_unprefixed.prom": ("trtllm", [
-        inst({"model_name": "undefined"}, requests_finished=15)]),
-    "synthetic_tgi_3.x.prom": ("tgi", [
-        # proxy 24576 / 32768 reserved tokens
-        inst({}, kv_usage_ratio=0.75, kv_capacity_tokens=32768, requests_running=12, requests_waiting=4,
-             prompt_tokens=120000, generation_tokens=40000, requests_finished=250)]),
-    "synthetic_llamacpp_b5000-era_kv_gauges.prom": ("llamacpp", [
-        inst({}, kv_usage_ratio=0.42, requests_running=2, requests_waiting=1, prompt_tokens=500,
-             generation_tokens=800)]),
-    "synthetic_lmdeploy_2026.prom": ("lmdeploy", [
-        inst({"model_name": "internlm", "engine": "0"}, kv_usage_ratio=0.3, kv_capacity_blocks=512,
-             kv_block_size_tokens=64, kv_capacity_tokens=32768, requests_running=6, requests_waiting=0,
-             prompt_tokens=700, generation_tokens=300, requests_finished=9)]),
+    "synthetic_vllm_0.11_v1_dp2_cache_config.prom": (
+        "vllm",
+        [
+            inst(
+                {"model_name": "Qwen/Qwen2.5-7B-Instruct", "engine": "0"},
+                kv_usage_ratio=0.75,
+                kv_capacity_blocks=20000,
+                kv_block_size_tokens=16,
+                kv_capacity_tokens=320000,
+                prefix_cache_queries_tokens=10000,
+                prefix_cache_hits_tokens=4000,
+                preemptions=7,
+                requests_running=12,
+                requests_waiting=3,
+                prompt_tokens=10000,
+                generation_tokens=2500,
+                requests_finished=50,
+            ),
+            inst(
+                {"model_name": "Qwen/Qwen2.5-7B-Instruct", "engine": "1"},
+                kv_usage_ratio=0.25,
+                kv_capacity_blocks=10000,
+                kv_block_size_tokens=16,
+                kv_capacity_tokens=160000,
+                prefix_cache_queries_tokens=6000,
+                prefix_cache_hits_tokens=1500,
+                preemptions=0,
+                requests_running=9,
+                requests_waiting=0,
+                prompt_tokens=6000,
+                generation_tokens=1200,
+                requests_finished=30,
+            ),
+            # aggregate: usage weighted by blocks (0.75*20000 + 0.25*10000) / 30000
+            inst(
+                {"model_name": "Qwen/Qwen2.5-7B-Instruct", "engine": "all"},
+                kv_usage_ratio=17500 / 30000,
+                kv_capacity_blocks=30000,
+                kv_block_size_tokens=16,
+                kv_capacity_tokens=480000,
+                prefix_cache_queries_tokens=16000,
+                prefix_cache_hits_tokens=5500,
+                preemptions=7,
+                requests_running=21,
+                requests_waiting=3,
+                prompt_tokens=16000,
+                generation_tokens=3700,
+                requests_finished=80,
+            ),
+        ],
+    ),
+    "synthetic_vllm_0.8_v1_block_counted_prefix.prom": (
+        "vllm",
+        [
+            # 300 / 120 blocks x block_size 16
+            inst(
+                {"model_name": "meta-llama/Llama-3.1-8B-Instruct"},
+                kv_usage_ratio=0.5,
+                kv_capacity_blocks=1000,
+                kv_block_size_tokens=16,
+                kv_capacity_tokens=16000,
+                prefix_cache_queries_tokens=4800,
+                prefix_cache_hits_tokens=1920,
+                requests_running=4,
+                requests_waiting=0,
+            )
+        ],
+    ),
+    "synthetic_vllm_rust_frontend_openmetrics.prom": (
+        "vllm",
+        [
+            inst(
+                {"model_name": "m", "engine": "0"},
+                kv_usage_ratio=0.99,
+                preemptions=5,
+                requests_waiting=6,
+                prompt_tokens=1234,
+            )
+        ],
+    ),
+    "synthetic_vllm_gateway_underscored.prom": (
+        "vllm",
+        [
+            inst(
+                {"model_name": "m", "engine": "0"},
+                kv_usage_ratio=0.125,
+                prefix_cache_queries_tokens=64,
+                prefix_cache_hits_tokens=48,
+                requests_running=2,
+                requests_waiting=1,
+            )
+        ],
+    ),
+    "synthetic_sglang_2026_dp_tp_ranks.prom": (
+        "sglang",
+        [
+            # kv_used_tokens / max_total_num_tokens = 80000 / 100000 (token_usage 0.9 not used)
+            inst(
+                {"model_name": "qwen", "dp_rank": "0"},
+                kv_usage_ratio=0.8,
+                kv_capacity_tokens=100000,
+                prefix_cache_queries_tokens=50000,
+                prefix_cache_hits_tokens=20000,
+                preemptions=11,
+                requests_running=30,
+                requests_waiting=5,
+                prompt_tokens=50000,
+                generation_tokens=20000,
+                requests_finished=100,
+            ),
+            inst(
+                {"model_name": "qwen", "dp_rank": "1"},
+                kv_usage_ratio=0.4,
+                kv_capacity_tokens=100000,
+                preemptions=0,
+                requests_running=20,
+                requests_waiting=0,
+            ),
+            inst(
+                {"model_name": "qwen", "dp_rank": "all"},
+                kv_usage_ratio=0.6,
+                kv_capacity_tokens=200000,
+                prefix_cache_queries_tokens=50000,
+                prefix_cache_hits_tokens=20000,
+                preemptions=11,
+                requests_running=50,
+                requests_waiting=5,
+                prompt_tokens=50000,
+                generation_tokens=20000,
+                requests_finished=100,
+            ),
+        ],
+    ),
+    "synthetic_trtllm-serve_2026_prefixed.prom": (
+        "trtllm",
+        [
+            # prefix: reused 30, reused + missed 100 blocks, x 32 tokens per block
+            inst(
+                {"model_name": "llama"},
+                kv_usage_ratio=0.6,
+                kv_capacity_blocks=4096,
+                kv_block_size_tokens=32,
+                kv_capacity_tokens=131072,
+                prefix_cache_queries_tokens=3200,
+                prefix_cache_hits_tokens=960,
+                requests_running=16,
+                requests_waiting=2,
+                prompt_tokens=9000,
+                generation_tokens=3000,
+                requests_finished=30,
+            )
+        ],
+    ),
+    "synthetic_trtllm-serve_1.0_unprefixed.prom": (
+        "trtllm",
+        [inst({"model_name": "undefined"}, requests_finished=15)],
+    ),
+    "synthetic_tgi_3.x.prom": (
+        "tgi",
+        [
+            # proxy 24576 / 32768 reserved tokens
+            inst(
+                {},
+                kv_usage_ratio=0.75,
+                kv_capacity_tokens=32768,
+                requests_running=12,
+                requests_waiting=4,
+                prompt_tokens=120000,
+                generation_tokens=40000,
+                requests_finished=250,
+            )
+        ],
+    ),
+    "synthetic_llamacpp_b5000-era_kv_gauges.prom": (
+        "llamacpp",
+        [
+            inst(
+                {},
+                kv_usage_ratio=0.42,
+                requests_running=2,
+                requests_waiting=1,
+                prompt_tokens=500,
+                generation_tokens=800,
+            )
+        ],
+    ),
+    "synthetic_lmdeploy_2026.prom": (
+        "lmdeploy",
+        [
+            inst(
+                {"model_name": "internlm", "engine": "0"},
+                kv_usage_ratio=0.3,
+                kv_capacity_blocks=512,
+                kv_block_size_tokens=64,
+                kv_capacity_tokens=32768,
+                requests_running=6,
+                requests_waiting=0,
+                prompt_tokens=700,
+                generation_tokens=300,
+                requests_finished=9,
+            )
+        ],
+    ),
 }
 
 
@@ -138,7 +324,9 @@ def test_notes_say_what_was_approximated_or_missing() -> None:
     assert "proxy" in notes_of("synthetic_tgi_3.x.prom")
     assert "cache_hit_rate" in notes_of("sglang_0.4.x_docs_production_metrics.prom")
     assert "mix names" in notes_of("vllm_0.10.0_v1_created_series_deprecated_gpu_prefix_prodstack617.prom")
-    assert "declared without samples" in notes_of("vllm_0.6.x_v0_help_type_without_samples_functionary_pr263.prom")
+    assert "declared without samples" in notes_of(
+        "vllm_0.6.x_v0_help_type_without_samples_functionary_pr263.prom"
+    )
     assert "paused_requests" in notes_of("trtllm-triton_0.14plus_ifb_nv_trt_llm_readme.prom")
     assert "KV usage unknown" in notes_of("llamacpp_b5600-era_no_labels_pr13196.prom")
 
@@ -146,6 +334,7 @@ def test_notes_say_what_was_approximated_or_missing() -> None:
 def test_variants_and_extras() -> None:
     def norm(name: str):
         return normalise(parse_exposition((DATA / name).read_text()))
+
     assert norm("vllm_0.6.x_v0_help_type_without_samples_functionary_pr263.prom").variant == "v0"
     assert norm("vllm_0.10.0_v1_created_series_deprecated_gpu_prefix_prodstack617.prom").variant == "v1"
     assert norm("trtllm-triton_0.14plus_ifb_nv_trt_llm_readme.prom").variant == "triton"
@@ -191,4 +380,7 @@ def test_openmetrics_and_text_output_of_one_engine_normalise_alike() -> None:
     om = normalise(parse_exposition(om_text))
     assert om.dialect == text.dialect == "vllm"
     assert [s.to_dict() for s in om.instances] == [s.to_dict() for s in text.instances]
-    assert text.instances[1].prefix_cache_hits_tokens == 1500.0 * 8 and text.instances[1].kv_capacity_blocks == 8192
+    assert (
+        text.instances[1].prefix_cache_hits_tokens == 1500.0 * 8
+        and text.instances[1].kv_capacity_blocks == 8192
+    )

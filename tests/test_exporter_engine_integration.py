@@ -20,13 +20,35 @@ SYSTEM = "You are a careful assistant who answers questions about the weather in
 
 def engine_argv(port: int) -> list[str]:
     # 23 usable blocks of 16 tokens cannot hold 8 requests of ~150 tokens: preemption.
-    return [sys.executable, "-m", "harness.cli", "engine", "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--model", "tiny-random", "--num-blocks", "24", "--max-num-seqs", "8"]
+    return [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "engine",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        "tiny-random",
+        "--num-blocks",
+        "24",
+        "--max-num-seqs",
+        "8",
+    ]
 
 
 def complete(base: str, i: int) -> dict:
-    body = json.dumps({"model": "tiny-random", "prompt": SYSTEM + f"Question {i}?", "max_tokens": 48,
-                       "ignore_eos": True, "temperature": 0}).encode()
+    body = json.dumps(
+        {
+            "model": "tiny-random",
+            "prompt": SYSTEM + f"Question {i}?",
+            "max_tokens": 48,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
+    ).encode()
     req = urllib.request.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:  # noqa: S310 - loopback
         return json.load(r)
@@ -44,8 +66,13 @@ def engine_counters(base: str) -> dict[str, float]:
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name in ("vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
-                          "vllm:num_preemptions_total", "vllm:num_requests_running"):
+            if s.name in (
+                "vllm:kv_cache_usage_perc",
+                "vllm:prefix_cache_hits_total",
+                "vllm:prefix_cache_queries_total",
+                "vllm:num_preemptions_total",
+                "vllm:num_requests_running",
+            ):
                 values[s.name] = s.value
     return values
 
@@ -74,9 +101,22 @@ def wait_until(predicate, timeout: float, what: str):
 
 @contextmanager
 def exporter(port: int, eport: int, log):
-    proc = subprocess.Popen([sys.executable, "-m", "exporter", "--target", f"engine=http://127.0.0.1:{port}",
-                             "--listen", f"127.0.0.1:{eport}", "--interval", "0.5s"], cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--target",
+            f"engine=http://127.0.0.1:{port}",
+            "--listen",
+            f"127.0.0.1:{eport}",
+            "--interval",
+            "0.5s",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield
     finally:
@@ -92,7 +132,9 @@ def test_exporter_matches_engine_statistics_and_survives_a_restart(tmp_path):
             wait_until(lambda: engine_counters(base)["vllm:num_requests_running"] == 0, 30, "engine idle")
             engine = engine_counters(base)
             started = time.time()
-            point = wait_until(lambda: (p := exporter_latest(eport))["t"] > started and p, 10, "a fresh scrape")
+            point = wait_until(
+                lambda: (p := exporter_latest(eport))["t"] > started and p, 10, "a fresh scrape"
+            )
             (sample,) = point["instances"]
             assert engine["vllm:num_preemptions_total"] > 0, "the tiny pool preempted"
             assert sample["preemptions"] == engine["vllm:num_preemptions_total"]
@@ -102,9 +144,13 @@ def test_exporter_matches_engine_statistics_and_survives_a_restart(tmp_path):
             assert sample["kv_usage_ratio"] == engine["vllm:kv_cache_usage_perc"] == 0.0
             assert sample["kv_capacity_blocks"] == 24 and sample["kv_block_size_tokens"] == 16
         # Engine down: the exporter keeps running and reports the outage.
-        wait_until(lambda: exporter_metric(eport, "kvscope_target_up") == [0.0], 15, "up = 0 during the outage")
+        wait_until(
+            lambda: exporter_metric(eport, "kvscope_target_up") == [0.0], 15, "up = 0 during the outage"
+        )
         with server(engine_argv(port), port, "/health", 180.0, tmp_path / "engine2.log") as base:
-            wait_until(lambda: exporter_metric(eport, "kvscope_target_up") == [1.0], 15, "up = 1 after the restart")
+            wait_until(
+                lambda: exporter_metric(eport, "kvscope_target_up") == [1.0], 15, "up = 1 after the restart"
+            )
             load(base, 4)
             time.sleep(1.5)
             rates = exporter_metric(eport, "kvscope_preemptions_per_second")

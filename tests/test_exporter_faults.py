@@ -27,6 +27,7 @@ def fault_app() -> web.Application:
     def text(body: str, ctype: str = "text/plain", status: int = 200):
         async def handler(request: web.Request) -> web.Response:
             return web.Response(text=body, content_type=ctype, status=status)
+
         return handler
 
     async def slow_body(request: web.Request) -> web.StreamResponse:
@@ -43,8 +44,9 @@ def fault_app() -> web.Application:
         return web.Response(text=VLLM)
 
     async def gzipped(request: web.Request) -> web.Response:
-        return web.Response(body=gzip.compress(VLLM.encode()), headers={"Content-Encoding": "gzip"},
-                            content_type="text/plain")
+        return web.Response(
+            body=gzip.compress(VLLM.encode()), headers={"Content-Encoding": "gzip"}, content_type="text/plain"
+        )
 
     async def gzip_no_header(request: web.Request) -> web.Response:  # a .gz file served as-is
         return web.Response(body=gzip.compress(VLLM.encode()), content_type="application/octet-stream")
@@ -78,10 +80,13 @@ def fault_app() -> web.Application:
 
     malformed = "\n".join(ln if i % 7 else ln + " garbage {{" for i, ln in enumerate(VLLM.splitlines()))
     duplicated = VLLM + "\n".join(ln for ln in VLLM.splitlines() if "num_requests_running" in ln) + "\n"
-    nan = VLLM.replace('vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"} 0.75',
-                       'vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"} NaN'
-                       ).replace('vllm:num_requests_waiting{engine="1",model_name="Qwen/Qwen2.5-7B-Instruct"} 0.0',
-                                 'vllm:num_requests_waiting{engine="1",model_name="Qwen/Qwen2.5-7B-Instruct"} +Inf')
+    nan = VLLM.replace(
+        'vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"} 0.75',
+        'vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"} NaN',
+    ).replace(
+        'vllm:num_requests_waiting{engine="1",model_name="Qwen/Qwen2.5-7B-Instruct"} 0.0',
+        'vllm:num_requests_waiting{engine="1",model_name="Qwen/Qwen2.5-7B-Instruct"} +Inf',
+    )
     routes = {
         "/ok": text(VLLM),
         "/500": text("boom", status=500),
@@ -99,8 +104,12 @@ def fault_app() -> web.Application:
         "/malformed": text(malformed),
         "/duplicates": text(duplicated),
         "/nan": text(nan),
-        "/slow-body": slow_body, "/slow-headers": slow_headers, "/gzip": gzipped,
-        "/gzip-bomb": gzip_bomb, "/oversize-chunked": oversize_chunked, "/broken": broken,
+        "/slow-body": slow_body,
+        "/slow-headers": slow_headers,
+        "/gzip": gzipped,
+        "/gzip-bomb": gzip_bomb,
+        "/oversize-chunked": oversize_chunked,
+        "/broken": broken,
     }
     app = web.Application()
     for path, handler in routes.items():
@@ -152,8 +161,9 @@ def test_each_fault_is_counted_by_reason_and_marks_up_correctly() -> None:
             refused_state = exporter.state("refused")
             assert refused_state.errors["connection_refused"] == 2 and not refused_state.up
             # partial faults keep the good parts of the exposition
-            (ok,) = [p for p in exporter.state("malformed").series.latest().instances.values()
-                     if p.instance == "1"]
+            (ok,) = [
+                p for p in exporter.state("malformed").series.latest().instances.values() if p.instance == "1"
+            ]
             assert ok.requests_running == 9.0
             nan = {s.instance: s for s in exporter.state("nan").series.latest().instances.values()}
             assert nan["0"].kv_usage_ratio is None and nan["1"].requests_waiting is None
@@ -167,8 +177,10 @@ def test_each_fault_is_counted_by_reason_and_marks_up_correctly() -> None:
 def test_loop_goes_on_while_targets_misbehave() -> None:
     async def main() -> None:
         async with serve_app(fault_app()) as base:
-            targets = [Target(n, base + p) for n, p in
-                       (("good", "/ok"), ("slow", "/slow-headers"), ("err", "/500"), ("html", "/html"))]
+            targets = [
+                Target(n, base + p)
+                for n, p in (("good", "/ok"), ("slow", "/slow-headers"), ("err", "/500"), ("html", "/html"))
+            ]
             exporter = Exporter(targets, Options(interval=0.25, timeout=0.2))
             stop = asyncio.Event()
             task = asyncio.create_task(exporter.run(stop))
@@ -195,8 +207,18 @@ def test_dns_failure_is_counted() -> None:
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("spec", ["ftp://host/metrics", "file:///etc/passwd", "unix:///run/x.sock",
-                                  "localhost:9400", "gopher://x", "http://", "http://h:99999/"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "ftp://host/metrics",
+        "file:///etc/passwd",
+        "unix:///run/x.sock",
+        "localhost:9400",
+        "gopher://x",
+        "http://",
+        "http://h:99999/",
+    ],
+)
 def test_non_http_targets_are_rejected_clearly(spec: str) -> None:
     with pytest.raises(TargetError) as e:
         parse_target(spec)
@@ -208,7 +230,8 @@ def test_non_http_targets_are_rejected_clearly(spec: str) -> None:
 def test_target_names_and_default_path() -> None:
     assert parse_target("a=http://h:1") == Target("a", "http://h:1/metrics")
     assert parse_target("https://u:pw@h:8443/prometheus/metrics") == Target(
-        "h:8443", "https://u:pw@h:8443/prometheus/metrics")
+        "h:8443", "https://u:pw@h:8443/prometheus/metrics"
+    )
     assert parse_target("http://h/metrics?x=a=b").name == "h"
     with pytest.raises(ValueError):
         Exporter([Target("a", "http://h/"), Target("a", "http://g/")])

@@ -25,19 +25,21 @@ def oracle(text: str) -> dict[tuple[str, tuple], float]:
 
 def ours(text: str) -> dict[tuple[str, tuple], float]:
     exp = parse_exposition(text)
-    return {(name, tuple(sorted(labels.items()))): v for name, rows in exp.samples.items() for labels, v in rows}
+    return {
+        (name, tuple(sorted(labels.items()))): v for name, rows in exp.samples.items() for labels, v in rows
+    }
 
 
 def same(a: dict, b: dict) -> bool:
     # prometheus_client appends `_total` to counter samples that lack it (TGI writes
     # `tgi_request_success`); our parser keeps wire names, so compare without the suffix.
     a, b = ({(n.removesuffix("_total"), lbl): v for (n, lbl), v in d.items()} for d in (a, b))
-    return a.keys() == b.keys() and all(
-        (math.isnan(a[k]) and math.isnan(b[k])) or a[k] == b[k] for k in a)
+    return a.keys() == b.keys() and all((math.isnan(a[k]) and math.isnan(b[k])) or a[k] == b[k] for k in a)
 
 
-@pytest.mark.parametrize("path", sorted(p for p in DATA.glob("*.prom") if "openmetrics" not in p.name),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(p for p in DATA.glob("*.prom") if "openmetrics" not in p.name), ids=lambda p: p.name
+)
 def test_fixtures_match_prometheus_client(path: Path) -> None:
     text = path.read_text()
     assert same(ours(text), oracle(text))
@@ -50,19 +52,26 @@ def test_synthetic_vllm_matches_prometheus_client() -> None:
 
 
 def test_one_bad_line_loses_only_itself() -> None:
-    text = ("# TYPE a gauge\na 1\nthis is { not a sample\nb{x=\"1\"} 2\nc{x=\"unterminated} 3\n"
-            "d 1_000\ne{x=\"1\"}\nf{x=\"1\"} 4 5 6\ng 7\n")
+    text = (
+        '# TYPE a gauge\na 1\nthis is { not a sample\nb{x="1"} 2\nc{x="unterminated} 3\n'
+        'd 1_000\ne{x="1"}\nf{x="1"} 4 5 6\ng 7\n'
+    )
     with pytest.raises(ValueError):
         list(text_string_to_metric_families(text))  # the library loses everything
     exp = parse_exposition(text)
-    assert {k: [v for _, v in rows] for k, rows in exp.samples.items()} == {"a": [1.0], "b": [2.0], "g": [7.0]}
+    assert {k: [v for _, v in rows] for k, rows in exp.samples.items()} == {
+        "a": [1.0],
+        "b": [2.0],
+        "g": [7.0],
+    }
     assert exp.malformed == 5
     assert exp.first_error == "this is { not a sample"
 
 
 def test_escapes_quotes_braces_and_spaces_in_labels() -> None:
-    text = ('m{path="C:\\\\x",q="say \\"hi\\"",nl="a\\nb",brace="}{",hash="a # b"} 1\n'
-            'n{ a = "1" , b="2", } 2\n')
+    text = (
+        'm{path="C:\\\\x",q="say \\"hi\\"",nl="a\\nb",brace="}{",hash="a # b"} 1\nn{ a = "1" , b="2", } 2\n'
+    )
     exp = parse_exposition(text)
     labels, value = exp.samples["m"][0]
     assert labels == {"path": "C:\\x", "q": 'say "hi"', "nl": "a\nb", "brace": "}{", "hash": "a # b"}
@@ -71,8 +80,10 @@ def test_escapes_quotes_braces_and_spaces_in_labels() -> None:
 
 
 def test_openmetrics_exemplars_timestamps_eof_and_created() -> None:
-    text = ("# TYPE x counter\n# UNIT x seconds\nx_total{a=\"b\"} 3 1700000000.5 # {trace_id=\"t\"} 1 1.7e9\n"
-            "x_created{a=\"b\"} 1.7e9\n# EOF\nafter 1\n")
+    text = (
+        '# TYPE x counter\n# UNIT x seconds\nx_total{a="b"} 3 1700000000.5 # {trace_id="t"} 1 1.7e9\n'
+        'x_created{a="b"} 1.7e9\n# EOF\nafter 1\n'
+    )
     exp = parse_exposition(text)
     assert exp.openmetrics
     assert exp.samples["x_total"] == [({"a": "b"}, 3.0)]
@@ -96,7 +107,7 @@ def test_utf8_quoted_metric_name() -> None:
 def test_label_parser_rejects_garbage() -> None:
     assert parse_labels('a="1",b="2"') == {"a": "1", "b": "2"}
     assert parse_labels("") == {}
-    for bad in ('a=1', 'a="1" b="2"', '="x"', 'a="1",,b="2"', '1a="x"'):
+    for bad in ("a=1", 'a="1" b="2"', '="x"', 'a="1",,b="2"', '1a="x"'):
         assert parse_labels(bad) is None, bad
 
 

@@ -22,19 +22,50 @@ from exporter.scrape import ScrapeResult, Target
 
 DATA = Path(__file__).parent / "data" / "metrics"
 FIXTURES = [p.read_text() for p in sorted(DATA.glob("*.prom"))]
-NAMES = ["vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:prefix_cache_hits_total",
-         "vllm:prefix_cache_queries_total", "vllm:num_preemptions_total", "vllm:cache_config_info",
-         "vllm:time_to_first_token_seconds_bucket", "vllm:time_to_first_token_seconds_count",
-         "sglang:token_usage", "sglang:cached_tokens_total", "sglang:max_total_num_tokens", "tgi_queue_size",
-         "tgi_batch_current_max_tokens", "tgi_batch_max_total_tokens", "nv_trt_llm_kv_cache_block_metrics",
-         "trtllm_kv_cache_reused_blocks_total", "llamacpp:requests_processing", "lmdeploy:gpu_cache_usage_perc",
-         "lmdeploy:backend_config_info", "request_success_total"]
-LABELS = ["engine", "model_name", "le", "dp_rank", "tp_rank", "kv_cache_block_type", "block_size",
-          "num_gpu_blocks", "finished_reason", "model", "version", "quant_policy"]
-VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**9).map(float),
-                   st.sampled_from([0.0, 1.0, 16.0, 0.99, -1.0]))
-LABEL_VALUES = st.one_of(st.sampled_from(["0", "1", "+Inf", "0.5", "None", "16", "fraction", "max", "m", ""]),
-                         st.text(max_size=8))
+NAMES = [
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_requests_running",
+    "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:num_preemptions_total",
+    "vllm:cache_config_info",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:time_to_first_token_seconds_count",
+    "sglang:token_usage",
+    "sglang:cached_tokens_total",
+    "sglang:max_total_num_tokens",
+    "tgi_queue_size",
+    "tgi_batch_current_max_tokens",
+    "tgi_batch_max_total_tokens",
+    "nv_trt_llm_kv_cache_block_metrics",
+    "trtllm_kv_cache_reused_blocks_total",
+    "llamacpp:requests_processing",
+    "lmdeploy:gpu_cache_usage_perc",
+    "lmdeploy:backend_config_info",
+    "request_success_total",
+]
+LABELS = [
+    "engine",
+    "model_name",
+    "le",
+    "dp_rank",
+    "tp_rank",
+    "kv_cache_block_type",
+    "block_size",
+    "num_gpu_blocks",
+    "finished_reason",
+    "model",
+    "version",
+    "quant_policy",
+]
+VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-10, 10**9).map(float),
+    st.sampled_from([0.0, 1.0, 16.0, 0.99, -1.0]),
+)
+LABEL_VALUES = st.one_of(
+    st.sampled_from(["0", "1", "+Inf", "0.5", "None", "16", "fraction", "max", "m", ""]), st.text(max_size=8)
+)
 
 
 def _fmt(v: float) -> str:
@@ -80,7 +111,7 @@ def mutated(draw) -> str:
             lines.insert(i, lines[i])
         elif op == "flip" and lines[i]:
             j = draw(st.integers(0, len(lines[i]) - 1))
-            lines[i] = lines[i][:j] + draw(st.characters()) + lines[i][j + 1:]
+            lines[i] = lines[i][:j] + draw(st.characters()) + lines[i][j + 1 :]
         elif op == "cut":
             lines[i] = lines[i][: draw(st.integers(0, len(lines[i])))]
         elif op == "junk":
@@ -115,8 +146,11 @@ def test_mutated_fixtures_never_raise(text: str) -> None:
 def test_valid_expositions_parse_like_prometheus_client(text: str) -> None:
     exp = parse_exposition(text)
     ours = {(n, tuple(sorted(lbl.items()))): v for n, rows in exp.samples.items() for lbl, v in rows}
-    theirs = {(s.name, tuple(sorted(s.labels.items()))): s.value
-              for f in text_string_to_metric_families(text) for s in f.samples}
+    theirs = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
     assert ours.keys() == theirs.keys()
     assert all(ours[k] == theirs[k] or (math.isnan(ours[k]) and math.isnan(theirs[k])) for k in ours)
     assert exp.malformed == 0

@@ -59,11 +59,28 @@ def test_ring_buffer_window_skips_down_points_and_bounds_memory() -> None:
     assert [t for t, _ in series.window(KEY, 4.0)] == [4.0, 6.0, 7.0]
 
 
-def saturated_window(n: int = 10, usage: float = 0.99, preempt_every: int = 1, running: float = 20.0,
-                     dtype: str | None = "auto", gmu: float | None = 0.85) -> list:
-    return [(float(i), sample(kv_usage_ratio=usage, preemptions=float(i // preempt_every),
-                              requests_running=running, requests_waiting=5.0, kv_cache_dtype=dtype,
-                              gpu_memory_utilization=gmu)) for i in range(n)]
+def saturated_window(
+    n: int = 10,
+    usage: float = 0.99,
+    preempt_every: int = 1,
+    running: float = 20.0,
+    dtype: str | None = "auto",
+    gmu: float | None = 0.85,
+) -> list:
+    return [
+        (
+            float(i),
+            sample(
+                kv_usage_ratio=usage,
+                preemptions=float(i // preempt_every),
+                requests_running=running,
+                requests_waiting=5.0,
+                kv_cache_dtype=dtype,
+                gpu_memory_utilization=gmu,
+            ),
+        )
+        for i in range(n)
+    ]
 
 
 def test_saturation_and_preemption_advise_memory_actions() -> None:
@@ -93,8 +110,10 @@ def test_persistent_preemption_alone_is_pressure() -> None:
 
 
 def test_waiting_with_low_usage_means_kv_not_bottleneck() -> None:
-    w = [(float(i), sample(kv_usage_ratio=0.3, requests_waiting=8.0, requests_running=64.0, preemptions=0.0))
-         for i in range(10)]
+    w = [
+        (float(i), sample(kv_usage_ratio=0.3, requests_waiting=8.0, requests_running=64.0, preemptions=0.0))
+        for i in range(10)
+    ]
     d = diagnose(w)
     assert d.advice["kv_not_bottleneck"] and sum(d.advice.values()) == 1
 
@@ -105,8 +124,10 @@ def test_short_or_empty_window_advises_nothing() -> None:
 
 
 def test_make_prefix_identical_needs_workload_evidence() -> None:
-    w = [(float(i), sample(prefix_cache_queries_tokens=1000.0 * i, prefix_cache_hits_tokens=50.0 * i))
-         for i in range(10)]
+    w = [
+        (float(i), sample(prefix_cache_queries_tokens=1000.0 * i, prefix_cache_hits_tokens=50.0 * i))
+        for i in range(10)
+    ]
     assert not diagnose(w).advice["make_prefix_identical"]  # live: no evidence, stays 0
     assert diagnose(w, expected_hit_ratio=0.6).advice["make_prefix_identical"]
     assert not diagnose(w, expected_hit_ratio=0.08).advice["make_prefix_identical"]

@@ -48,9 +48,26 @@ def _check_bundle(out, engine_url, before: float):
 
 def test_run_end_to_end_bundle_counts_and_ttft(engine_url, tmp_path):
     before = finished_requests(engine_url)
-    rc, log, _ = kvscope_run("--target", engine_url, "--workload", "shared_prefix", "--users", "4", "--duration", "15s",
-                             "--workers", "1", "--prefix-tokens", "96", "--suffix-tokens", "16", "--output-tokens", "16",
-                             "--out", str(tmp_path / "b"))
+    rc, log, _ = kvscope_run(
+        "--target",
+        engine_url,
+        "--workload",
+        "shared_prefix",
+        "--users",
+        "4",
+        "--duration",
+        "15s",
+        "--workers",
+        "1",
+        "--prefix-tokens",
+        "96",
+        "--suffix-tokens",
+        "16",
+        "--output-tokens",
+        "16",
+        "--out",
+        str(tmp_path / "b"),
+    )
     assert rc == 0, log
     r = _check_bundle(tmp_path / "b", engine_url, before)
     assert (r.requests["phase"] == "calibration").sum() == 2
@@ -60,9 +77,26 @@ def test_run_end_to_end_bundle_counts_and_ttft(engine_url, tmp_path):
 
 def test_two_workers_open_loop_nothing_lost_or_duplicated(engine_url, tmp_path):
     before = finished_requests(engine_url)
-    rc, log, _ = kvscope_run("--target", engine_url, "--workload", "rate", "--rate", "6", "--users", "16",
-                             "--duration", "8s", "--workers", "2", "--prompt-tokens", "64", "--output-tokens", "8",
-                             "--out", str(tmp_path / "b"))
+    rc, log, _ = kvscope_run(
+        "--target",
+        engine_url,
+        "--workload",
+        "rate",
+        "--rate",
+        "6",
+        "--users",
+        "16",
+        "--duration",
+        "8s",
+        "--workers",
+        "2",
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "8",
+        "--out",
+        str(tmp_path / "b"),
+    )
     assert rc == 0, log
     r = _check_bundle(tmp_path / "b", engine_url, before)
     per_worker = r.requests.groupby("worker_id").size()
@@ -76,10 +110,35 @@ def test_two_workers_open_loop_nothing_lost_or_duplicated(engine_url, tmp_path):
 
 def test_plain_locust_runs_a_workload(engine_url, tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtests" / "shared_prefix.py"), "--headless",
-         "--host", engine_url, "-u", "4", "-r", "4", "-t", "10s", "--json-file", str(tmp_path / "l"),
-         "--prefix-tokens", "64", "--output-tokens", "8", "--records-out", str(tmp_path / "records.jsonl")],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(ROOT / "loadtests" / "shared_prefix.py"),
+            "--headless",
+            "--host",
+            engine_url,
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "10s",
+            "--json-file",
+            str(tmp_path / "l"),
+            "--prefix-tokens",
+            "64",
+            "--output-tokens",
+            "8",
+            "--records-out",
+            str(tmp_path / "records.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     total, failed = locust_requests(tmp_path / "l.json")
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
@@ -88,10 +147,33 @@ def test_plain_locust_runs_a_workload(engine_url, tmp_path):
 
 def test_interrupt_mid_run_writes_a_consistent_bundle(tmp_path):
     out = tmp_path / "b"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--quiet", "--workload", "chat", "--model",
-                             "tiny-random", "--users", "4", "--duration", "120s", "--max-prompt-tokens", "256",
-                             "--max-output-tokens", "32", "--out", str(out)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--quiet",
+            "--workload",
+            "chat",
+            "--model",
+            "tiny-random",
+            "--users",
+            "4",
+            "--duration",
+            "120s",
+            "--max-prompt-tokens",
+            "256",
+            "--max-output-tokens",
+            "32",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     records = out / "raw" / "records.jsonl"
     import time
 

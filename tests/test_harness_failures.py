@@ -21,8 +21,21 @@ def test_unreachable_target_fails_fast(tmp_path):
 
 def test_error_responses_are_counted_by_class(tmp_path):
     with standin(tmp_path, "mixed") as url:
-        rc, log, _ = kvscope_run("--target", url, "--workload", "chat", "--users", "3", "--duration", "4s",
-                                 "--max-output-tokens", "8", "--no-calibrate", "--out", str(tmp_path / "b"))
+        rc, log, _ = kvscope_run(
+            "--target",
+            url,
+            "--workload",
+            "chat",
+            "--users",
+            "3",
+            "--duration",
+            "4s",
+            "--max-output-tokens",
+            "8",
+            "--no-calibrate",
+            "--out",
+            str(tmp_path / "b"),
+        )
     assert rc == 0, log  # some requests succeeded: errors are data, not a failed run
     r = load(tmp_path / "b")
     errors = r.summary["client"]["errors_by_class"]
@@ -36,8 +49,18 @@ def test_error_responses_are_counted_by_class(tmp_path):
 
 def test_all_failing_server_exits_non_zero_with_a_bundle(tmp_path):
     with standin(tmp_path, "status_500") as url:
-        rc, log, _ = kvscope_run("--target", url, "--workload", "long_context", "--users", "2", "--duration", "3s",
-                                 "--out", str(tmp_path / "b"))
+        rc, log, _ = kvscope_run(
+            "--target",
+            url,
+            "--workload",
+            "long_context",
+            "--users",
+            "2",
+            "--duration",
+            "3s",
+            "--out",
+            str(tmp_path / "b"),
+        )
     assert rc == 1 and "no request succeeded" in log, log
     r = load(tmp_path / "b")
     assert r.summary["client"]["ok"] == 0 and set(r.summary["client"]["errors_by_class"]) == {"http_5xx"}
@@ -45,13 +68,40 @@ def test_all_failing_server_exits_non_zero_with_a_bundle(tmp_path):
 
 def test_broken_streams_and_missing_usage(tmp_path):
     with standin(tmp_path, "broken") as url:
-        rc, log, _ = kvscope_run("--target", url, "--workload", "rate", "--rate", "10", "--duration", "3s",
-                                 "--output-tokens", "8", "--no-calibrate", "--out", str(tmp_path / "b"))
+        rc, log, _ = kvscope_run(
+            "--target",
+            url,
+            "--workload",
+            "rate",
+            "--rate",
+            "10",
+            "--duration",
+            "3s",
+            "--output-tokens",
+            "8",
+            "--no-calibrate",
+            "--out",
+            str(tmp_path / "b"),
+        )
     assert rc == 1, log
     assert set(load(tmp_path / "b").requests["error_class"]) == {"stream_error"}
     with standin(tmp_path, "no_usage") as url:
-        rc, log, _ = kvscope_run("--target", url, "--workload", "parallel_sampling", "--n", "2", "--users", "2",
-                                 "--duration", "3s", "--output-tokens", "5", "--out", str(tmp_path / "c"))
+        rc, log, _ = kvscope_run(
+            "--target",
+            url,
+            "--workload",
+            "parallel_sampling",
+            "--n",
+            "2",
+            "--users",
+            "2",
+            "--duration",
+            "3s",
+            "--output-tokens",
+            "5",
+            "--out",
+            str(tmp_path / "c"),
+        )
     assert rc == 0, log
     m = load(tmp_path / "c").measured
     assert (m["usage_source"] == "client_count").all() and (m["output_tokens"] == 10).all()

@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-LOADTESTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "loadtests").glob("*.py") if p.stem != "__init__")
+LOADTESTS = sorted(
+    p.stem for p in (Path(__file__).resolve().parents[1] / "loadtests").glob("*.py") if p.stem != "__init__"
+)
 
 
 def test_locustfiles_and_user_class_do_not_import_torch() -> None:
@@ -18,13 +20,19 @@ def test_locustfiles_and_user_class_do_not_import_torch() -> None:
         "    importlib.import_module('loadtests.' + name)\n"
         "print(json.dumps({'torch': 'torch' in sys.modules, 'reference_engine': 'reference_engine' in sys.modules}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"torch": False, "reference_engine": False}
     assert len(LOADTESTS) >= 7
 
 
 def test_run_command_help_is_import_light() -> None:
-    code = ("import sys\nfrom harness.cli import build_parser\nbuild_parser()\n"
-            "print(sorted(m for m in ('torch', 'locust', 'pandas', 'gevent') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    code = (
+        "import sys\nfrom harness.cli import build_parser\nbuild_parser()\n"
+        "print(sorted(m for m in ('torch', 'locust', 'pandas', 'gevent') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip() == "[]"

@@ -43,11 +43,28 @@ def _chat(text, index=0, finish_reason=None, role=False):
 
 def test_stream_timing_usage_and_server_timings() -> None:
     usage = {"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}}
-    timing = {"queue_time_s": 0.01, "prefill_time_s": 0.02, "ttft_s": 0.03, "decode_time_s": 0.2, "e2e_s": 0.23,
-              "num_preemptions": 1, "cached_prompt_tokens": 8, "arrival_unix": 1.0}
-    lines = [_data(_chat("", role=True)), b"\n", _data(_chat("a")), b"\n", _data(_chat("")), b": keepalive\n",
-             _data(_chat("c")), _data({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
-             _data({"choices": [], "usage": usage, "kvscope": timing}), b"data: [DONE]\n"]
+    timing = {
+        "queue_time_s": 0.01,
+        "prefill_time_s": 0.02,
+        "ttft_s": 0.03,
+        "decode_time_s": 0.2,
+        "e2e_s": 0.23,
+        "num_preemptions": 1,
+        "cached_prompt_tokens": 8,
+        "arrival_unix": 1.0,
+    }
+    lines = [
+        _data(_chat("", role=True)),
+        b"\n",
+        _data(_chat("a")),
+        b"\n",
+        _data(_chat("")),
+        b": keepalive\n",
+        _data(_chat("c")),
+        _data({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
+        _data({"choices": [], "usage": usage, "kvscope": timing}),
+        b"data: [DONE]\n",
+    ]
     _, rec = _feed(lines, [0.05, 0.05, 0.10, 0.10, 0.25, 0.25, 0.40, 0.41, 0.42, 0.43, 0.44])
     assert rec.ok and rec.error_class is None
     assert rec.ttft_s == pytest.approx(0.05)  # role + "" goes out with the first token (vLLM, byte tokens)
@@ -59,19 +76,34 @@ def test_stream_timing_usage_and_server_timings() -> None:
 
 
 def test_stream_parallel_choices_have_per_choice_gaps() -> None:
-    lines = [_data(_chat("a", 0)), _data(_chat("x", 1)), _data(_chat("b", 0)), _data(_chat("y", 1, "stop")),
-             _data(_chat("c", 0, "stop")), b"data: [DONE]\n"]
+    lines = [
+        _data(_chat("a", 0)),
+        _data(_chat("x", 1)),
+        _data(_chat("b", 0)),
+        _data(_chat("y", 1, "stop")),
+        _data(_chat("c", 0, "stop")),
+        b"data: [DONE]\n",
+    ]
     _, rec = _feed(lines, [0.1, 0.1, 0.3, 0.35, 0.5, 0.6, 0.7])
     assert rec.itl_s == pytest.approx([0.2, 0.25, 0.2])
     assert rec.usage_source == "client_count" and rec.output_tokens == 5 and rec.prompt_tokens is None
 
 
-@pytest.mark.parametrize(("lines", "error"), [
-    ([_data({"error": {"message": "engine died"}})], "stream_error"),
-    ([b"data: {not json\n"], "stream_error"),
-    ([_data({"choices": [{"index": 0, "text": "a", "finish_reason": None}]})], "stream_error"),  # cut, no [DONE]
-    ([_data({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), b"data: [DONE]\n"], "no_tokens"),
-])
+@pytest.mark.parametrize(
+    ("lines", "error"),
+    [
+        ([_data({"error": {"message": "engine died"}})], "stream_error"),
+        ([b"data: {not json\n"], "stream_error"),
+        (
+            [_data({"choices": [{"index": 0, "text": "a", "finish_reason": None}]})],
+            "stream_error",
+        ),  # cut, no [DONE]
+        (
+            [_data({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), b"data: [DONE]\n"],
+            "no_tokens",
+        ),
+    ],
+)
 def test_stream_errors_are_classified(lines, error) -> None:
     _, rec = _feed(lines, [0.1] * (len(lines) + 2))
     assert not rec.ok and rec.error_class == error
@@ -112,12 +144,17 @@ def test_schedule_shards_are_disjoint_and_cover_the_global_schedule() -> None:
 
 def test_trace_loading_and_replay_offsets(tmp_path) -> None:
     path = tmp_path / "t.jsonl"
-    path.write_text('# comment\n{"timestamp": 5000, "input_length": 100, "output_length": 10, "hash_ids": [1, 2]}\n'
-                    '{"arrival_s": 2.0, "prompt_tokens": 50, "output_tokens": 5}\n\n')
+    path.write_text(
+        '# comment\n{"timestamp": 5000, "input_length": 100, "output_length": 10, "hash_ids": [1, 2]}\n'
+        '{"arrival_s": 2.0, "prompt_tokens": 50, "output_tokens": 5}\n\n'
+    )
     entries = load_trace(path)
     assert [e.arrival_s for e in entries] == [0.0, 3.0] and entries[1].hash_ids == (1, 2)
     sched = ArrivalSchedule(trace_offsets(entries, time_scale=0.5), 100.0)
-    assert [(s.scheduled_unix, s.payload.prompt_tokens) for s in (sched.claim(), sched.claim())] == [(100.0, 50), (101.5, 100)]
+    assert [(s.scheduled_unix, s.payload.prompt_tokens) for s in (sched.claim(), sched.claim())] == [
+        (100.0, 50),
+        (101.5, 100),
+    ]
     assert sched.claim() is None and sched.exhausted
     path.write_text('{"arrival_s": 1}\n')
     with pytest.raises(ValueError, match=":1:"):
@@ -127,10 +164,14 @@ def test_trace_loading_and_replay_offsets(tmp_path) -> None:
 def test_sharegpt_like_lengths_respect_vllm_filter() -> None:
     rng = random.Random(1)
     pairs = [sharegpt_like(rng) for _ in range(5000)]
-    assert all(4 <= p.prompt_tokens <= MAX_PROMPT and p.prompt_tokens + p.output_tokens <= MAX_TOTAL for p in pairs)
+    assert all(
+        4 <= p.prompt_tokens <= MAX_PROMPT and p.prompt_tokens + p.output_tokens <= MAX_TOTAL for p in pairs
+    )
     mean_prompt = sum(p.prompt_tokens for p in pairs) / len(pairs)
     assert 120 < mean_prompt < 170  # paper mean 161, lowered a little by the length filter
-    assert all(p.prompt_tokens + p.output_tokens <= 300 for p in (sharegpt_like(rng, 300) for _ in range(200)))
+    assert all(
+        p.prompt_tokens + p.output_tokens <= 300 for p in (sharegpt_like(rng, 300) for _ in range(200))
+    )
 
 
 def test_step_and_spike_profile() -> None:
@@ -145,7 +186,10 @@ def test_workload_options_round_trip() -> None:
     ns = parser.parse_args(["--prefix-tokens", "64", "--no-calibrate"])
     assert ns.prefix_tokens == 64 and ns.no_calibrate and ns.num_prefixes == 4
     assert to_argv(options_for("shared_prefix"), argparse.Namespace(prefix_tokens=64, no_calibrate=True)) == [
-        "--no-calibrate", "--prefix-tokens", "64"]
+        "--no-calibrate",
+        "--prefix-tokens",
+        "64",
+    ]
     assert {o.dest for o in options_for("rate")} >= {"rate", "prompt_tokens"}
     assert next(o.default for o in options_for("rate") if o.dest == "rate") == 2.0
     assert all(spec.summary for spec in WORKLOADS.values())
@@ -156,16 +200,31 @@ def test_run_config_validation(tmp_path) -> None:
     from harness.run_config import ConfigError, from_args
 
     parse = build_parser().parse_args
-    cfg = from_args(parse(["run", "--workload", "shared_prefix", "--prefix-tokens", "64", "--num-blocks", "32",
-                           "--out", str(tmp_path)]))
+    cfg = from_args(
+        parse(
+            [
+                "run",
+                "--workload",
+                "shared_prefix",
+                "--prefix-tokens",
+                "64",
+                "--num-blocks",
+                "32",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+    )
     assert cfg.model is None and cfg.users == 8 and not cfg.open_loop
     assert cfg.engine_argv == ["--num-blocks", "32"] and "--prefix-tokens" in cfg.workload_argv
     rate = from_args(parse(["run", "--workload", "rate", "--target", "http://h:1"]))
     assert rate.open_loop and rate.users == 64 and rate.workload_argv[-2:] == ["--rate", "2.0"]
-    for argv, match in ((["--workload", "chat", "--prefix-tokens", "5"], "has no option"),
-                        (["--workload", "replay"], "needs --trace"),
-                        (["--workload", "chat", "--target", "http://h:1", "--num-blocks", "8"], "bundled engine"),
-                        (["--workload", "chat", "--duration", "soon"], "duration")):
+    for argv, match in (
+        (["--workload", "chat", "--prefix-tokens", "5"], "has no option"),
+        (["--workload", "replay"], "needs --trace"),
+        (["--workload", "chat", "--target", "http://h:1", "--num-blocks", "8"], "bundled engine"),
+        (["--workload", "chat", "--duration", "soon"], "duration"),
+    ):
         with pytest.raises(ConfigError, match=match):
             from_args(parse(["run", *argv]))
 
@@ -193,7 +252,14 @@ def test_summary_and_bundle_schema_with_no_records(tmp_path) -> None:
     s = _summary_of(tmp_path / "empty", [])
     assert s["client"]["requests"] == 0 and s["headline"]["ttft_p50_s"] is None
     rec = _rec()
-    rec.ok, rec.ttft_s, rec.e2e_s, rec.itl_s, rec.output_tokens, rec.server_ttft_s = True, 0.2, 1.0, [0.1] * 8, 9, 0.15
+    rec.ok, rec.ttft_s, rec.e2e_s, rec.itl_s, rec.output_tokens, rec.server_ttft_s = (
+        True,
+        0.2,
+        1.0,
+        [0.1] * 8,
+        9,
+        0.15,
+    )
     s = _summary_of(tmp_path / "one", [rec.to_dict()])
     assert s["client"]["ok"] == 1 and s["client"]["tpot_s"]["p50"] == pytest.approx(0.1)
     assert s["client"]["client_overhead_ttft_s"]["p50"] == pytest.approx(0.05)

@@ -61,9 +61,11 @@ def dense_logits(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
         o = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True, enable_gqa=True)
         x = x + o.transpose(0, 1).reshape(t, -1) @ sd[p + "self_attn.o_proj.weight"].T
         h = rms(x, sd[p + "post_attention_layernorm.weight"])
-        x = x + (F.silu(h @ sd[p + "mlp.gate_proj.weight"].T) * (h @ sd[p + "mlp.up_proj.weight"].T)) @ sd[
-            p + "mlp.down_proj.weight"
-        ].T
+        x = (
+            x
+            + (F.silu(h @ sd[p + "mlp.gate_proj.weight"].T) * (h @ sd[p + "mlp.up_proj.weight"].T))
+            @ sd[p + "mlp.down_proj.weight"].T
+        )
     x = rms(x, sd["model.norm.weight"])
     return (x @ sd.get("lm_head.weight", sd["model.embed_tokens.weight"]).T).float()
 
@@ -79,13 +81,17 @@ def make_request(ids: list[int], rid: str = "r0", prompt_logprobs: int | None = 
     return Request(rid, list(ids), len(ids), params, arrival_time=0.0)
 
 
-def generate(runner: ModelRunner, req: Request, block_ids: list[int], steps: int, first_chunk: int | None = None):
+def generate(
+    runner: ModelRunner, req: Request, block_ids: list[int], steps: int, first_chunk: int | None = None
+):
     """Prefill (optionally in two chunks) then greedy decode; yields the sampled logits per step."""
     prompt_len = req.num_tokens
     cut = first_chunk if first_chunk and first_chunk < prompt_len else 0
     if cut:
         runner.execute(SchedulerOutput([ScheduledChunk(req, 0, cut, block_ids, samples=False)]))
-    out = runner.execute(SchedulerOutput([ScheduledChunk(req, cut, prompt_len - cut, block_ids, samples=True)]))
+    out = runner.execute(
+        SchedulerOutput([ScheduledChunk(req, cut, prompt_len - cut, block_ids, samples=True)])
+    )
     sampler = Sampler()
     for step in range(steps + 1):
         logits = out.sample_logits[0]
@@ -93,7 +99,9 @@ def generate(runner: ModelRunner, req: Request, block_ids: list[int], steps: int
         if step == steps:
             return
         req.token_ids.append(sampler.sample(logits, req.sampling_params)[0])
-        out = runner.execute(SchedulerOutput([ScheduledChunk(req, req.num_tokens - 1, 1, block_ids, samples=True)]))
+        out = runner.execute(
+            SchedulerOutput([ScheduledChunk(req, req.num_tokens - 1, 1, block_ids, samples=True)])
+        )
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +114,9 @@ def smol() -> LoadedModel:
     return load_model("smollm2-135m")
 
 
-def check_paged_matches_dense(loaded: LoadedModel, prompt: list[int], block_ids: list[int], steps: int) -> float:
+def check_paged_matches_dense(
+    loaded: LoadedModel, prompt: list[int], block_ids: list[int], steps: int
+) -> float:
     runner = make_runner(loaded)
     req = make_request(prompt)
     worst = 0.0
@@ -156,7 +166,9 @@ def test_smollm2_perplexity_and_rotary_layout(smol: LoadedModel):
         path,
     )
     bad = perplexity(wrong, PROSE)
-    print(f"SmolLM2 perplexity on {len(PROSE.split())} words: {good:.2f}; without Q/K un-permutation: {bad:.2f}")
+    print(
+        f"SmolLM2 perplexity on {len(PROSE.split())} words: {good:.2f}; without Q/K un-permutation: {bad:.2f}"
+    )
     assert good < 10
     assert bad > 3 * good
 
@@ -197,10 +209,18 @@ def test_rope_scaling_variants_keep_fast_frequencies():
     cfg = replace(tiny_random_config(), head_dim=64, rope_theta=500000.0, max_position_embeddings=131072)
     plain = rope_inv_freq(cfg)
     linear = rope_inv_freq(replace(cfg, rope_scaling={"rope_type": "linear", "factor": 4.0}))
-    llama3 = rope_inv_freq(replace(cfg, rope_scaling={
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    }))
+    llama3 = rope_inv_freq(
+        replace(
+            cfg,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        )
+    )
     assert torch.allclose(linear, plain / 4)
     assert llama3[0] == plain[0]  # the fastest frequency is untouched
     assert torch.isclose(llama3[-1], plain[-1] / 8)  # the slowest is divided by the factor

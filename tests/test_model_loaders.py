@@ -35,7 +35,9 @@ def last_logits(loaded: LoadedModel, ids: list[int]) -> torch.Tensor:
     c = loaded.config
     caches = allocate_kv_caches(c.num_layers, 8, 16, c.num_kv_heads, c.head_dim, torch.float32)
     req = Request("r", list(ids), len(ids), SamplingParams(), 0.0)
-    out = ModelRunner(loaded, caches, 16).execute(SchedulerOutput([ScheduledChunk(req, 0, len(ids), [1, 2, 3], True)]))
+    out = ModelRunner(loaded, caches, 16).execute(
+        SchedulerOutput([ScheduledChunk(req, 0, len(ids), [1, 2, 3], True)])
+    )
     return out.sample_logits[0]
 
 
@@ -70,8 +72,10 @@ def test_missing_file(tmp_path):
         load_gguf(missing)
 
 
-@pytest.mark.parametrize(("cut", "problem"), [(0, "not a GGUF file"), (4096, "corrupt or truncated"),
-                                             (-1000, "corrupt or truncated")])
+@pytest.mark.parametrize(
+    ("cut", "problem"),
+    [(0, "not a GGUF file"), (4096, "corrupt or truncated"), (-1000, "corrupt or truncated")],
+)
 def test_corrupt_gguf(tmp_path, cut, problem):
     path = tmp_path / "bad.gguf"
     if cut == 0:
@@ -135,9 +139,17 @@ def write_tiny_gguf(path: str, loaded: LoadedModel) -> None:
     w.add_token_merges([])
     w.add_eos_token_id(258)
     w.add_chat_template(CHATML_TEMPLATE)
-    names = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    names = {
+        "input_layernorm": "attn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "post_attention_layernorm": "ffn_norm",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
     for key, tensor in loaded.model.state_dict().items():
         array = tensor.numpy().copy()
         if key.startswith("model.layers."):
@@ -149,8 +161,11 @@ def write_tiny_gguf(path: str, loaded: LoadedModel) -> None:
                 array = converter_permute(array, c.num_heads, c.num_kv_heads)
             w.add_tensor(f"blk.{layer}.{names[module]}.{suffix}", array)
         else:
-            top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-                   "lm_head.weight": "output.weight"}[key]
+            top = {
+                "model.embed_tokens.weight": "token_embd.weight",
+                "model.norm.weight": "output_norm.weight",
+                "lm_head.weight": "output.weight",
+            }[key]
             w.add_tensor(top, array)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -188,28 +203,47 @@ def test_hf_folder_round_trip(tmp_path, tiny):
     from safetensors.torch import save_file
 
     c = tiny.config
-    config = {"architectures": ["LlamaForCausalLM"], "vocab_size": c.vocab_size, "hidden_size": c.hidden_size,
-              "intermediate_size": c.intermediate_size, "num_hidden_layers": c.num_layers,
-              "num_attention_heads": c.num_heads, "num_key_value_heads": c.num_kv_heads,
-              "rope_theta": c.rope_theta, "rms_norm_eps": c.rms_norm_eps, "max_position_embeddings": 4096,
-              "tie_word_embeddings": False, "eos_token_id": 258}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_kv_heads,
+        "rope_theta": c.rope_theta,
+        "rms_norm_eps": c.rms_norm_eps,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": False,
+        "eos_token_id": 258,
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML_TEMPLATE,
-                                                                "eos_token": "<|endoftext|>"}))
-    save_file({k: v.contiguous() for k, v in tiny.model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": CHATML_TEMPLATE, "eos_token": "<|endoftext|>"})
+    )
+    save_file(
+        {k: v.contiguous() for k, v in tiny.model.state_dict().items()}, str(tmp_path / "model.safetensors")
+    )
     tiny.tokenizer.backend.save(str(tmp_path / "tokenizer.json"))
     loaded = load_model(str(tmp_path))
     assert set(loaded.tokenizer.eos_token_ids) == {256, 258}
     ids = loaded.tokenizer.encode("abc")
     assert ids == [97, 98, 99]
     assert torch.allclose(last_logits(loaded, ids), last_logits(tiny, ids), atol=1e-6)
-    assert loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]).endswith("<|im_start|>assistant\n")
+    assert loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]).endswith(
+        "<|im_start|>assistant\n"
+    )
 
 
 # --- tokenizer ----------------------------------------------------------------------------
 
-TEXTS = ["The capital of France is Paris.", "  leading spaces,\ttabs\nand newlines\n\n", "Prices: 1234.50 €, 3x faster!",
-         "naïve café — 日本語 🚀", "<|im_start|>user\nhello<|im_end|>"]
+TEXTS = [
+    "The capital of France is Paris.",
+    "  leading spaces,\ttabs\nand newlines\n\n",
+    "Prices: 1234.50 €, 3x faster!",
+    "naïve café — 日本語 🚀",
+    "<|im_start|>user\nhello<|im_end|>",
+]
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -228,10 +262,13 @@ def test_smollm2_special_tokens(smol_tokenizer):
 
 def test_smollm2_chat_template(smol_tokenizer):
     text = smol_tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}])
-    assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-                    "<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
-    ids = smol_tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=False,
-                                             tokenize=True)
+    assert text == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+        "<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    ids = smol_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=False, tokenize=True
+    )
     assert ids[0] == 1 and ids[-2:] == [2, smol_tokenizer.token_to_id("Ċ")]
 
 

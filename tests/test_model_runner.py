@@ -30,7 +30,9 @@ def runner_for(loaded: LoadedModel, num_blocks: int = 24) -> ModelRunner:
     return ModelRunner(loaded, caches, BLOCK, None)
 
 
-def request(ids: list[int], rid: str, num_prompt: int | None = None, prompt_logprobs: int | None = None) -> Request:
+def request(
+    ids: list[int], rid: str, num_prompt: int | None = None, prompt_logprobs: int | None = None
+) -> Request:
     params = SamplingParams(temperature=0.0, prompt_logprobs=prompt_logprobs)
     return Request(rid, list(ids), num_prompt if num_prompt is not None else len(ids), params, 0.0)
 
@@ -43,14 +45,19 @@ def one_shot(loaded: LoadedModel, ids: list[int]) -> torch.Tensor:
     """Logits after every token of `ids`, from a single prefill in a fresh cache."""
     req = request(ids, "oracle", prompt_logprobs=0)
     blocks = list(range(1, (len(ids) + BLOCK - 1) // BLOCK + 1))
-    out = runner_for(loaded).execute(SchedulerOutput([ScheduledChunk(req, 0, len(ids), blocks, samples=True)]))
+    out = runner_for(loaded).execute(
+        SchedulerOutput([ScheduledChunk(req, 0, len(ids), blocks, samples=True)])
+    )
     return out.prompt_logits["oracle"]
 
 
 def test_step_inputs_layout():
     a = request(tokens(20, 0), "a")
     b = request(tokens(33, 1), "b")
-    chunks = [ScheduledChunk(a, 14, 6, [5, 2], samples=True), ScheduledChunk(b, 32, 1, [7, 1, 9], samples=True)]
+    chunks = [
+        ScheduledChunk(a, 14, 6, [5, 2], samples=True),
+        ScheduledChunk(b, 32, 1, [7, 1, 9], samples=True),
+    ]
     step = build_step_inputs(chunks, BLOCK, "cpu")
     assert step.positions.tolist() == [14, 15, 16, 17, 18, 19, 32]
     assert step.input_ids.tolist() == a.token_ids[14:20] + b.token_ids[32:33]
@@ -76,16 +83,26 @@ def test_mixed_prefill_and_decode_batch_matches_one_shot(tiny: LoadedModel):
     # Step 1: a's first chunk alone. Step 2: a's rest and b's whole prompt together.
     out1 = runner.execute(SchedulerOutput([ScheduledChunk(a, 0, 25, blocks_a, samples=False)]))
     assert out1.sample_logits.shape == (0, tiny.config.vocab_size)
-    out2 = runner.execute(SchedulerOutput([
-        ScheduledChunk(a, 25, 15, blocks_a, samples=True), ScheduledChunk(b, 0, 18, blocks_b, samples=True),
-    ]))
+    out2 = runner.execute(
+        SchedulerOutput(
+            [
+                ScheduledChunk(a, 25, 15, blocks_a, samples=True),
+                ScheduledChunk(b, 0, 18, blocks_b, samples=True),
+            ]
+        )
+    )
     assert out2.sample_logits.shape == (2, tiny.config.vocab_size)
     # Step 3: one decode token each, in the opposite chunk order.
     a.token_ids.append(7)
     b.token_ids.append(44)
-    out3 = runner.execute(SchedulerOutput([
-        ScheduledChunk(b, 18, 1, blocks_b, samples=True), ScheduledChunk(a, 40, 1, blocks_a, samples=True),
-    ]))
+    out3 = runner.execute(
+        SchedulerOutput(
+            [
+                ScheduledChunk(b, 18, 1, blocks_b, samples=True),
+                ScheduledChunk(a, 40, 1, blocks_a, samples=True),
+            ]
+        )
+    )
     ref_a, ref_b = one_shot(tiny, a.token_ids), one_shot(tiny, b.token_ids)
     assert (out2.sample_logits[0] - ref_a[39]).abs().max() < TOL
     assert (out2.sample_logits[1] - ref_b[17]).abs().max() < TOL
@@ -103,10 +120,15 @@ def fork_step(runner: ModelRunner, with_copy: bool) -> tuple[torch.Tensor, list[
     child.num_computed_tokens = 20
     parent.token_ids.append(65)
     child.token_ids.append(66)
-    out = runner.execute(SchedulerOutput(
-        chunks=[ScheduledChunk(parent, 20, 1, [3, 8], samples=True), ScheduledChunk(child, 20, 1, [3, 12], samples=True)],
-        block_copies=[(8, 12)] if with_copy else [],
-    ))
+    out = runner.execute(
+        SchedulerOutput(
+            chunks=[
+                ScheduledChunk(parent, 20, 1, [3, 8], samples=True),
+                ScheduledChunk(child, 20, 1, [3, 12], samples=True),
+            ],
+            block_copies=[(8, 12)] if with_copy else [],
+        )
+    )
     return out.sample_logits, parent.token_ids, child.token_ids
 
 
@@ -130,9 +152,14 @@ def test_copies_run_even_in_a_step_without_chunks(tiny: LoadedModel):
 def test_prompt_logits_only_for_prompt_chunks_that_ask(tiny: LoadedModel):
     runner = runner_for(tiny)
     want, plain = request(tokens(30, 5), "want", prompt_logprobs=2), request(tokens(12, 6), "plain")
-    out1 = runner.execute(SchedulerOutput([
-        ScheduledChunk(want, 0, 17, [1, 2], samples=False), ScheduledChunk(plain, 0, 12, [3], samples=True),
-    ]))
+    out1 = runner.execute(
+        SchedulerOutput(
+            [
+                ScheduledChunk(want, 0, 17, [1, 2], samples=False),
+                ScheduledChunk(plain, 0, 12, [3], samples=True),
+            ]
+        )
+    )
     out2 = runner.execute(SchedulerOutput([ScheduledChunk(want, 17, 13, [1, 2], samples=True)]))
     assert set(out1.prompt_logits) == {"want"} and out1.prompt_logits["want"].shape == (17, 260)
     assert out2.prompt_logits["want"].shape == (13, 260)
@@ -143,5 +170,3 @@ def test_prompt_logits_only_for_prompt_chunks_that_ask(tiny: LoadedModel):
     want.token_ids.append(1)  # a decode chunk starts past the prompt: no prompt logits
     out3 = runner.execute(SchedulerOutput([ScheduledChunk(want, 30, 1, [1, 2], samples=True)]))
     assert out3.prompt_logits == {}
-
-

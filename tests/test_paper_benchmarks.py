@@ -40,8 +40,10 @@ def _check(checks, what):
 def test_simulator_meets_the_acceptance_inequalities(sim_rows):
     checks = paper_memory.acceptance(sim_rows)
     for c in checks:
-        assert c.met or c.what in {"Alpaca-like: paged, token-state share",
-                                   "Alpaca-like: contiguous (max reservation), token-state share"}, c
+        assert c.met or c.what in {
+            "Alpaca-like: paged, token-state share",
+            "Alpaca-like: contiguous (max reservation), token-state share",
+        }, c
     assert _check(checks, "ShareGPT-like: paged, token-state share").met
     assert _check(checks, "ShareGPT-like: contiguous (max reservation), token-state share").met
     for w in ("ShareGPT-like", "Alpaca-like"):
@@ -65,8 +67,12 @@ def test_alpaca_misses_are_the_ones_the_notes_explain(sim_rows):
 
 
 def test_real_engine_path_measures_the_same_quantities():
-    setup = replace(paper_memory.CPU_SETUP, warmup_steps=4, measure_steps={"ShareGPT-like": 24},
-                    requests={"ShareGPT-like": 60})
+    setup = replace(
+        paper_memory.CPU_SETUP,
+        warmup_steps=4,
+        measure_steps={"ShareGPT-like": 24},
+        requests={"ShareGPT-like": 60},
+    )
     rows = paper_memory.cpu_rows(setup, model="tiny-random")
     by = {r.allocator: r.run for r in rows}
     assert by["paged"].token_state_share >= 0.9 > by["contiguous-oracle"].token_state_share
@@ -93,9 +99,12 @@ def test_run_all_reports_missing_failing_and_slow_benchmarks(tmp_path):
     py = sys.executable
     here = "benchmarks/run_all.py"
     missing = run_all.run_bench(run_all.Bench("m", "m", (py, "nope.py"), 5, "benchmarks/nope.py"), 5)
-    failing = run_all.run_bench(run_all.Bench("f", "f", (py, "-c", "import sys; print('| a |'); sys.exit(3)"), 5, here), 5)
-    slow = run_all.run_bench(run_all.Bench("s", "s", (py, "-c", "import time; print('x', flush=True); time.sleep(30)"),
-                                           1, here), 1)
+    failing = run_all.run_bench(
+        run_all.Bench("f", "f", (py, "-c", "import sys; print('| a |'); sys.exit(3)"), 5, here), 5
+    )
+    slow = run_all.run_bench(
+        run_all.Bench("s", "s", (py, "-c", "import time; print('x', flush=True); time.sleep(30)"), 1, here), 1
+    )
     ok = run_all.run_bench(run_all.Bench("o", "o", (py, "-c", "print('| ok |')"), 5, here), 5)
     assert [o.status for o in (missing, failing, slow, ok)] == ["missing", "failed", "timed out", "ok"]
     text = run_all.render([missing, failing, slow, ok], "test machine", 1.0)

@@ -27,8 +27,16 @@ def test_markdown_has_advice_first_and_every_section(tmp_path):
     md = (d / "report.md").read_text()
     headers = re.findall(r"^## (.+)$", md, flags=re.M)
     assert headers[0] == "Advice"
-    for h in ("Measurement self-check", "Latency", "Throughput and goodput", "Server and KV cache",
-              "Preemptions and latency", "Latency by KV usage at send time", "Client vs server timing", "Errors"):
+    for h in (
+        "Measurement self-check",
+        "Latency",
+        "Throughput and goodput",
+        "Server and KV cache",
+        "Preemptions and latency",
+        "Latency by KV usage at send time",
+        "Client vs server timing",
+        "Errors",
+    ):
         assert h in headers
     assert "TTFT p99 was higher after preemptions began" in md
     assert "<script>" not in md and "&lt;script>alert(1)&lt;/script>" in md
@@ -64,8 +72,10 @@ def test_html_opens_in_headless_chromium(tmp_path):
 @pytest.mark.skipif(not CHROMIUM, reason="chromium not installed")
 def test_the_browser_check_does_see_errors_and_broken_images(tmp_path):
     bad = tmp_path / "bad.html"
-    bad.write_text('<html><body><img src="data:image/png;base64,AAAA" alt="broken">'
-                   '<script>console.error("boom"); throw new Error("x")</script></body></html>')
+    bad.write_text(
+        '<html><body><img src="data:image/png;base64,AAAA" alt="broken">'
+        '<script>console.error("boom"); throw new Error("x")</script></body></html>'
+    )
     page = open_in_chromium(bad)
     assert any("boom" in e for e in page.errors) and any(e.startswith("exception") for e in page.errors)
     assert page.images[0]["ok"] is False
@@ -75,14 +85,22 @@ def test_advisor_markdown_and_advice_json(tmp_path):
     d = _evil_bundle(tmp_path)
     advice_md = "## Advice\n\n### Verdict\n**Add KV memory** for <b>this</b> model.\n\n1. quantize\n   - Effect: 2x\n2. cut context"
     html = write_report(d, advice_markdown=advice_md).read_text()
-    advice = html[html.index("<h2>Advice</h2>"):html.index("<h2>Measurement self-check</h2>")]
+    advice = html[html.index("<h2>Advice</h2>") : html.index("<h2>Measurement self-check</h2>")]
     assert "<h5>Verdict</h5>" in advice and "<strong>Add KV memory</strong>" in advice
     assert "&lt;b&gt;this&lt;/b&gt;" in advice and "<ol><li>quantize\n<ul><li>Effect: 2x" in advice
-    assert html.count("<h2>Advice</h2>") == 1 and "<h4>Advice" not in html  # the advisor's own heading is dropped
+    assert (
+        html.count("<h2>Advice</h2>") == 1 and "<h4>Advice" not in html
+    )  # the advisor's own heading is dropped
     md = (d / "report.md").read_text()
     assert re.findall(r"^## (.+)$", md, flags=re.M)[0] == "Advice" and "## Advice\n\n### Verdict" in md
-    (d / "advice.json").write_text(json.dumps({"verdict": "KV cache is the bottleneck <x>",
-                                               "recommendations": [{"action": "use fp8 KV", "evidence": "p99 8x"}]}))
+    (d / "advice.json").write_text(
+        json.dumps(
+            {
+                "verdict": "KV cache is the bottleneck <x>",
+                "recommendations": [{"action": "use fp8 KV", "evidence": "p99 8x"}],
+            }
+        )
+    )
     html = write_report(d).read_text()
     assert "KV cache is the bottleneck &lt;x&gt;" in html and "use fp8 KV — evidence: p99 8x" in html
 
@@ -91,12 +109,34 @@ def test_sweep_folder_gets_a_sweep_report(tmp_path):
     from harness.sweep import SweepConfig, write_results
 
     cfg = SweepConfig("concurrency", [1, 4, 16], tmp_path, slo="ttft=500ms")
-    rows = [{"point": i, "load_kind": "concurrency", "load": c, "load_label": f"{c} users", "requests": 50, "ok": 50,
-             "failed": 0, "requests_per_s": r, "output_tokens_per_s": r * 64, "ttft_p50_s": 0.05, "ttft_p99_s": t,
-             "tpot_p50_s": 0.01, "tpot_p99_s": 0.02, "e2e_p50_s": e / 2, "e2e_p99_s": e, "attainment": a,
-             "goodput_requests_per_s": r * a, "peak_kv_usage_ratio": 0.5, "preemptions": 0.0, "reliable": True,
-             "bundle": f"point-{i:02d}"}
-            for i, (c, r, t, e, a) in enumerate([(1, 1.0, 0.1, 1.0, 1.0), (4, 3.5, 0.2, 1.2, 0.95), (16, 3.8, 2.0, 5.0, 0.3)])]
+    rows = [
+        {
+            "point": i,
+            "load_kind": "concurrency",
+            "load": c,
+            "load_label": f"{c} users",
+            "requests": 50,
+            "ok": 50,
+            "failed": 0,
+            "requests_per_s": r,
+            "output_tokens_per_s": r * 64,
+            "ttft_p50_s": 0.05,
+            "ttft_p99_s": t,
+            "tpot_p50_s": 0.01,
+            "tpot_p99_s": 0.02,
+            "e2e_p50_s": e / 2,
+            "e2e_p99_s": e,
+            "attainment": a,
+            "goodput_requests_per_s": r * a,
+            "peak_kv_usage_ratio": 0.5,
+            "preemptions": 0.0,
+            "reliable": True,
+            "bundle": f"point-{i:02d}",
+        }
+        for i, (c, r, t, e, a) in enumerate(
+            [(1, 1.0, 0.1, 1.0, 1.0), (4, 3.5, 0.2, 1.2, 0.95), (16, 3.8, 2.0, 5.0, 0.3)]
+        )
+    ]
     result = write_results(cfg, rows, "completed", "http://x")
     assert result["knee"]["load"] == 4 and result["best"]["load"] == 4
     html = write_report(tmp_path).read_text()

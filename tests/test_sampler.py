@@ -61,9 +61,10 @@ def test_n_samples_for_the_first_token(logits):
     gen = make_generator(5)
     tokens = Sampler().sample(logits, SamplingParams(temperature=1.0, n=4), gen, num_samples=4)
     assert len(tokens) == 4 and all(0 <= t < V for t in tokens)
-    assert Sampler().sample(logits, SamplingParams(temperature=0.0, n=3), None, num_samples=3) == [
-        int(logits.argmax())
-    ] * 3
+    assert (
+        Sampler().sample(logits, SamplingParams(temperature=0.0, n=3), None, num_samples=3)
+        == [int(logits.argmax())] * 3
+    )
 
 
 def test_high_temperature_flattens(logits):
@@ -77,7 +78,9 @@ def test_banned_tokens_are_never_chosen(logits):
     tokens = draw(logits, SamplingParams(temperature=1.0), seed=2, steps=50)
     assert best in tokens
     sampler, gen = Sampler(), make_generator(2)
-    assert all(sampler.sample(logits, SamplingParams(), gen, banned_token_ids=[best])[0] != best for _ in range(50))
+    assert all(
+        sampler.sample(logits, SamplingParams(), gen, banned_token_ids=[best])[0] != best for _ in range(50)
+    )
 
 
 def test_logprobs(logits):

@@ -26,9 +26,15 @@ request_st = st.tuples(
 )
 def test_invariants_hold_every_step(requests, arrivals, aborts, num_blocks, budget, caching, allocator):
     max_model_len = 64
-    engine = make_engine(num_blocks=num_blocks, block_size=4, max_model_len=max_model_len,
-                         max_num_batched_tokens=budget, enable_prefix_caching=caching,
-                         allocator=allocator if num_blocks > 17 else "paged", max_num_seqs=6)
+    engine = make_engine(
+        num_blocks=num_blocks,
+        block_size=4,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=budget,
+        enable_prefix_caching=caching,
+        allocator=allocator if num_blocks > 17 else "paged",
+        max_num_seqs=6,
+    )
     prefixes = {k: [(7 * k + j) % 90 + 1 for j in range(13)] for k in (1, 2, 3)}
     pending = sorted(((arrivals[i], i, r) for i, r in enumerate(requests)), key=lambda t: t[:2])
     abort_at = {step: idx for idx, step in aborts}
@@ -37,9 +43,13 @@ def test_invariants_hold_every_step(requests, arrivals, aborts, num_blocks, budg
     while pending or engine.has_unfinished():
         while pending and pending[0][0] <= step:
             _, i, (plen, max_tokens, prefix, n) = pending.pop(0)
-            prompt = (prefixes.get(prefix, []) + [(i * 31 + j) % 90 + 1 for j in range(plen)])[: max_model_len - 1]
+            prompt = (prefixes.get(prefix, []) + [(i * 31 + j) % 90 + 1 for j in range(plen)])[
+                : max_model_len - 1
+            ]
             try:
-                ids[i] = engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, n=n, temperature=1.0, seed=i)).request_id
+                ids[i] = engine.add_request(
+                    prompt, SamplingParams(max_tokens=max_tokens, n=n, temperature=1.0, seed=i)
+                ).request_id
             except ValueError:
                 pass  # a request too large for this pool is refused; the engine carries on
         if step in abort_at and abort_at[step] in ids:

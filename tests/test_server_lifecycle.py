@@ -27,11 +27,20 @@ MODEL = "tiny"
 
 
 def json_headers(key: str | None) -> dict[str, str]:
-    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key is not None else {})}
+    return {
+        "Content-Type": "application/json",
+        **({"Authorization": f"Bearer {key}"} if key is not None else {}),
+    }
 
 
-def request(port: int, method: str, path: str, body: dict | bytes | None = None, key: str | None = None,
-            timeout: float = 120) -> tuple[int, bytes, dict]:
+def request(
+    port: int,
+    method: str,
+    path: str,
+    body: dict | bytes | None = None,
+    key: str | None = None,
+    timeout: float = 120,
+) -> tuple[int, bytes, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     data = json.dumps(body).encode() if isinstance(body, dict) else body
     try:
@@ -51,8 +60,13 @@ def error_of(payload: bytes) -> dict:
 @pytest.fixture(scope="module")
 def keyed():
     built = build_engine(EngineConfig(model="tiny-random", num_blocks=128, max_model_len=64))
-    info = {"block_size": "16", "num_gpu_blocks": "128", "cache_dtype": "auto", "enable_prefix_caching": "True",
-            "allocator": "paged"}
+    info = {
+        "block_size": "16",
+        "num_gpu_blocks": "128",
+        "cache_dtype": "auto",
+        "enable_prefix_caching": "True",
+        "allocator": "paged",
+    }
     app = create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random", api_key=KEY), info)
     with BackgroundServer(app) as server:
         yield server
@@ -79,8 +93,14 @@ def test_openai_client_with_the_key(keyed):
 
 
 def test_404_for_an_unknown_model_or_route(keyed):
-    status, payload, _ = request(keyed.port, "POST", "/v1/completions", {"model": "gpt-9", "prompt": "x"}, KEY)
-    assert status == 404 and error_of(payload)["code"] == "model_not_found" and error_of(payload)["param"] == "model"
+    status, payload, _ = request(
+        keyed.port, "POST", "/v1/completions", {"model": "gpt-9", "prompt": "x"}, KEY
+    )
+    assert (
+        status == 404
+        and error_of(payload)["code"] == "model_not_found"
+        and error_of(payload)["param"] == "model"
+    )
     status, payload, _ = request(keyed.port, "GET", "/v1/nothing-here", None, KEY)
     assert status == 404 and error_of(payload)["type"] == "invalid_request_error"
     client = openai.OpenAI(base_url=keyed.url + "/v1", api_key=KEY, max_retries=0)
@@ -106,14 +126,18 @@ def test_400s(keyed):
         assert status == 400, (body, payload)
         error = error_of(payload)
         assert error["type"] == "invalid_request_error" and error["param"] == param, (body, error)
-    status, payload, _ = request(keyed.port, "POST", "/v1/completions", {"model": MODEL, "prompt": "x" * 64}, KEY)
+    status, payload, _ = request(
+        keyed.port, "POST", "/v1/completions", {"model": MODEL, "prompt": "x" * 64}, KEY
+    )
     assert error_of(payload)["code"] == "context_length_exceeded"
 
 
 def test_503_while_draining(keyed):
     keyed.state.draining = True
     try:
-        status, payload, _ = request(keyed.port, "POST", "/v1/completions", {"model": MODEL, "prompt": "x"}, KEY)
+        status, payload, _ = request(
+            keyed.port, "POST", "/v1/completions", {"model": MODEL, "prompt": "x"}, KEY
+        )
         assert status == 503 and error_of(payload)["code"] == "shutting_down"
         assert request(keyed.port, "GET", "/health")[0] == 503
     finally:
@@ -122,13 +146,20 @@ def test_503_while_draining(keyed):
 
 # -- the process ------------------------------------------------------------------------------
 
+
 class ServerProcess:
     """`python -m reference_engine.server.serve_cli ...` on a free port; stderr is kept."""
 
     def __init__(self, *args: str, env: dict | None = None):
         cmd = [sys.executable, "-m", "reference_engine.server.serve_cli", "--port", "0", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **(env or {})}, cwd=os.path.dirname(os.path.dirname(__file__)))
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+        )
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
         line = self.proc.stdout.readline()
@@ -140,7 +171,13 @@ class ServerProcess:
 
 
 def stream_body(max_tokens: int) -> dict:
-    return {"model": MODEL, "prompt": "Keep going", "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
+    return {
+        "model": MODEL,
+        "prompt": "Keep going",
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+    }
 
 
 def stream_in_background(port: int, body: dict, key: str | None = None) -> tuple[threading.Thread, list[str]]:
@@ -171,9 +208,21 @@ def stream_in_background(port: int, body: dict, key: str | None = None) -> tuple
 def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text(KEY + "\n")
-    server = ServerProcess("--model", "tiny-random", "--served-model-name", MODEL, "--num-blocks", "128",
-                           "--api-key-file", str(key_file), "--access-log", "--log-level", "debug",
-                           "--shutdown-grace", "300")
+    server = ServerProcess(
+        "--model",
+        "tiny-random",
+        "--served-model-name",
+        MODEL,
+        "--num-blocks",
+        "128",
+        "--api-key-file",
+        str(key_file),
+        "--access-log",
+        "--log-level",
+        "debug",
+        "--shutdown-grace",
+        "300",
+    )
     thread, events = stream_in_background(server.port, stream_body(800), KEY)
     server.proc.send_signal(signal.SIGTERM)
     time.sleep(0.05)
@@ -189,8 +238,16 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
 
 
 def test_sigterm_aborts_what_outlives_the_grace_period():
-    server = ServerProcess("--model", "tiny-random", "--served-model-name", MODEL, "--num-blocks", "256",
-                           "--shutdown-grace", "0.3")
+    server = ServerProcess(
+        "--model",
+        "tiny-random",
+        "--served-model-name",
+        MODEL,
+        "--num-blocks",
+        "256",
+        "--shutdown-grace",
+        "0.3",
+    )
     thread, events = stream_in_background(server.port, stream_body(3000))
     started = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
@@ -202,11 +259,27 @@ def test_sigterm_aborts_what_outlives_the_grace_period():
 
 
 def test_bad_configuration_exits_2_with_a_message():
-    proc = subprocess.run([sys.executable, "-m", "reference_engine.server.serve_cli", "--simulate",
-                           "--sim-model", "llama-3.1-70b", "--sim-gpu", "h100-80gb", "--port", "0"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reference_engine.server.serve_cli",
+            "--simulate",
+            "--sim-model",
+            "llama-3.1-70b",
+            "--sim-gpu",
+            "h100-80gb",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
-    assert "error:" in proc.stderr and "tensor_parallel_size" in proc.stderr  # 141 GB of weights on one 80 GB GPU
+    assert (
+        "error:" in proc.stderr and "tensor_parallel_size" in proc.stderr
+    )  # 141 GB of weights on one 80 GB GPU
 
 
 class ExplodingExecutor:
@@ -224,7 +297,9 @@ def test_an_engine_failure_is_a_500_and_unhealthy(caplog):
     app = create_app(engine, engine.tokenizer, ServerConfig(MODEL, "fake"), {"block_size": "4"})
     with BackgroundServer(app) as server:
         for _ in range(2):
-            status, payload, _ = request(server.port, "POST", "/v1/completions", {"prompt": "abc", "max_tokens": 2})
+            status, payload, _ = request(
+                server.port, "POST", "/v1/completions", {"prompt": "abc", "max_tokens": 2}
+            )
             assert status == 500 and error_of(payload)["code"] == "engine_failed"
         assert request(server.port, "GET", "/health")[0] == 500
     assert "simulated device failure" in caplog.text

@@ -22,22 +22,40 @@ from reference_engine.server.state import ServerConfig
 MODEL = "tiny"
 LABELS = {"model_name": MODEL, "engine": "0"}
 EXPECTED_FAMILIES = {
-    "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge", "vllm:kv_cache_usage_perc": "gauge",
-    "vllm:prefix_cache_queries": "counter", "vllm:prefix_cache_hits": "counter", "vllm:num_preemptions": "counter",
-    "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter", "vllm:request_success": "counter",
-    "vllm:time_to_first_token_seconds": "histogram", "vllm:inter_token_latency_seconds": "histogram",
-    "vllm:e2e_request_latency_seconds": "histogram", "vllm:request_queue_time_seconds": "histogram",
-    "vllm:request_prefill_time_seconds": "histogram", "vllm:request_decode_time_seconds": "histogram",
-    "vllm:request_prompt_tokens": "histogram", "vllm:request_generation_tokens": "histogram",
-    "vllm:request_num_preemptions": "histogram", "vllm:iteration_tokens_total": "histogram",
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:prefix_cache_queries": "counter",
+    "vllm:prefix_cache_hits": "counter",
+    "vllm:num_preemptions": "counter",
+    "vllm:prompt_tokens": "counter",
+    "vllm:generation_tokens": "counter",
+    "vllm:request_success": "counter",
+    "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:inter_token_latency_seconds": "histogram",
+    "vllm:e2e_request_latency_seconds": "histogram",
+    "vllm:request_queue_time_seconds": "histogram",
+    "vllm:request_prefill_time_seconds": "histogram",
+    "vllm:request_decode_time_seconds": "histogram",
+    "vllm:request_prompt_tokens": "histogram",
+    "vllm:request_generation_tokens": "histogram",
+    "vllm:request_num_preemptions": "histogram",
+    "vllm:iteration_tokens_total": "histogram",
     "vllm:cache_config_info": "gauge",
 }
 
 
 def start(num_blocks: int, **config) -> BackgroundServer:
-    built = build_engine(EngineConfig(model="tiny-random", num_blocks=num_blocks, max_model_len=256, **config))
-    info = {"block_size": "16", "num_gpu_blocks": str(num_blocks), "cache_dtype": "auto",
-            "enable_prefix_caching": "True", "allocator": "paged"}
+    built = build_engine(
+        EngineConfig(model="tiny-random", num_blocks=num_blocks, max_model_len=256, **config)
+    )
+    info = {
+        "block_size": "16",
+        "num_gpu_blocks": str(num_blocks),
+        "cache_dtype": "auto",
+        "enable_prefix_caching": "True",
+        "allocator": "paged",
+    }
     app = create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random"), info)
     return BackgroundServer(app).start()
 
@@ -67,9 +85,15 @@ def run_concurrently(server: BackgroundServer, requests: list[dict]) -> list:
 @pytest.fixture(scope="module")
 def shared_prefix_run():
     server = start(num_blocks=512)
-    prefix = "You are a meticulous assistant. Answer in one short sentence, please. " * 2  # 144 bytes = 9 blocks
-    requests = [dict(prompt=prefix + f"Question {i}?", max_tokens=6 + i, temperature=0, extra_body={"ignore_eos": True})
-                for i in range(6)]
+    prefix = (
+        "You are a meticulous assistant. Answer in one short sentence, please. " * 2
+    )  # 144 bytes = 9 blocks
+    requests = [
+        dict(
+            prompt=prefix + f"Question {i}?", max_tokens=6 + i, temperature=0, extra_body={"ignore_eos": True}
+        )
+        for i in range(6)
+    ]
     first = run_concurrently(server, requests[:1])  # publishes the prefix blocks
     rest = run_concurrently(server, requests[1:])
     yield server, first + rest
@@ -89,10 +113,15 @@ def test_exposition_has_vllm_names_types_and_labels(shared_prefix_run):
     (info,) = families["vllm:cache_config_info"].samples
     assert info.value == 1 and info.labels["num_gpu_blocks"] == "512" and info.labels["block_size"] == "16"
     assert {"cache_dtype", "enable_prefix_caching", "allocator"} <= set(info.labels)
-    ttft_buckets = [s.labels["le"] for s in families["vllm:time_to_first_token_seconds"].samples
-                    if s.name.endswith("_bucket")]
+    ttft_buckets = [
+        s.labels["le"]
+        for s in families["vllm:time_to_first_token_seconds"].samples
+        if s.name.endswith("_bucket")
+    ]
     assert ttft_buckets[0] == "0.001" and ttft_buckets[-2] == "2560.0"
-    token_buckets = [s.labels["le"] for s in families["vllm:request_prompt_tokens"].samples if s.name.endswith("_bucket")]
+    token_buckets = [
+        s.labels["le"] for s in families["vllm:request_prompt_tokens"].samples if s.name.endswith("_bucket")
+    ]
     assert token_buckets[-2] == "200.0"  # 1-2-5 buckets up to max_model_len 256
 
 
@@ -102,12 +131,17 @@ def test_promtool_accepts_the_exposition(shared_prefix_run):
     that are vLLM's own names and must stay: the ':' in every name, and the `_total` suffix of
     the histogram vllm:iteration_tokens_total. Nothing else may be reported."""
     server, _ = shared_prefix_run
-    result = subprocess.run(["promtool", "check", "metrics"], input=scrape(server), capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        ["promtool", "check", "metrics"], input=scrape(server), capture_output=True, text=True, timeout=60
+    )
     problems = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
     assert result.returncode in (0, 3), problems
-    unexpected = [p for p in problems if "should not contain ':'" not in p
-                  and not p.startswith('vllm:iteration_tokens_total non-counter metrics should not have "_total"')]
+    unexpected = [
+        p
+        for p in problems
+        if "should not contain ':'" not in p
+        and not p.startswith('vllm:iteration_tokens_total non-counter metrics should not have "_total"')
+    ]
     assert unexpected == []
 
 
@@ -126,10 +160,16 @@ def test_counters_equal_what_the_engine_did(shared_prefix_run):
     assert hits == stats.prefix_cache_hits == 5 * 9 * 16  # five requests each hit the 9-block prefix
     assert hits == sum(r.usage.prompt_tokens_details.cached_tokens for r in results)
     assert value(text, "vllm:num_preemptions_total") == 0
-    for name in ("vllm:e2e_request_latency_seconds", "vllm:time_to_first_token_seconds",
-                 "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
-                 "vllm:request_decode_time_seconds", "vllm:request_prompt_tokens", "vllm:request_generation_tokens",
-                 "vllm:request_num_preemptions"):
+    for name in (
+        "vllm:e2e_request_latency_seconds",
+        "vllm:time_to_first_token_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:request_prefill_time_seconds",
+        "vllm:request_decode_time_seconds",
+        "vllm:request_prompt_tokens",
+        "vllm:request_generation_tokens",
+        "vllm:request_num_preemptions",
+    ):
         assert value(text, name + "_count") == len(results), name
     assert value(text, "vllm:request_generation_tokens_sum") == completion_tokens
     assert value(text, "vllm:inter_token_latency_seconds_count") == completion_tokens - len(results)
@@ -142,8 +182,15 @@ def test_counters_equal_what_the_engine_did(shared_prefix_run):
 def test_tiny_pool_preemptions_are_counted():
     server = start(num_blocks=16)  # 15 usable blocks = 240 tokens, far less than 6 x ~90
     try:
-        requests = [dict(prompt=f"Request number {i} wants a long answer.", max_tokens=56, temperature=0,
-                         extra_body={"ignore_eos": True}) for i in range(6)]
+        requests = [
+            dict(
+                prompt=f"Request number {i} wants a long answer.",
+                max_tokens=56,
+                temperature=0,
+                extra_body={"ignore_eos": True},
+            )
+            for i in range(6)
+        ]
         results = run_concurrently(server, requests)
         text = scrape(server)
         stats = server.state.engine_loop.engine.stats

@@ -27,9 +27,16 @@ MODEL = "tiny"
 
 def start(**config) -> BackgroundServer:
     built = build_engine(EngineConfig(model="tiny-random", **config))
-    info = {"block_size": "16", "num_gpu_blocks": str(built.num_blocks), "cache_dtype": "auto",
-            "enable_prefix_caching": "True", "allocator": "paged"}
-    return BackgroundServer(create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random"), info)).start()
+    info = {
+        "block_size": "16",
+        "num_gpu_blocks": str(built.num_blocks),
+        "cache_dtype": "auto",
+        "enable_prefix_caching": "True",
+        "allocator": "paged",
+    }
+    return BackgroundServer(
+        create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random"), info)
+    ).start()
 
 
 def post(server: BackgroundServer, path: str, body: bytes, timeout: float = 120) -> tuple[int, bytes]:
@@ -64,6 +71,7 @@ def metric(server: BackgroundServer, name: str, **labels: str) -> float:
 
 
 # -- disconnects ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def roomy():
@@ -102,8 +110,14 @@ def test_disconnect_mid_stream_frees_blocks_at_once(roomy):
 
 async def _two_requests_second_leaves_while_queued(url: str) -> None:
     """max_num_seqs=1: the second request waits in the queue; its client gives up there."""
-    long = {"model": MODEL, "prompt": "first", "max_tokens": 1000, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+    long = {
+        "model": MODEL,
+        "prompt": "first",
+        "max_tokens": 1000,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     queued = {"model": MODEL, "prompt": "second", "max_tokens": 150, "ignore_eos": True}
     async with aiohttp.ClientSession() as session:
         first = await session.post(url + "/v1/completions", json=long)
@@ -127,6 +141,7 @@ def test_non_streaming_client_that_gives_up_while_queued_is_aborted(roomy):
 
 # -- fuzzing --------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def small():
     # A short context bounds every accepted request to a few dozen steps.
@@ -136,27 +151,76 @@ def small():
 
 
 json_leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(10**30), max_value=10**30),
-    st.floats(allow_nan=False), st.text(max_size=40), st.sampled_from(["", "\u0000", "\ud7ff\ufffd", "𝔘𝔫𝔦", MODEL]),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=False),
+    st.text(max_size=40),
+    st.sampled_from(["", "\u0000", "\ud7ff\ufffd", "𝔘𝔫𝔦", MODEL]),
 )
-json_value = st.recursive(json_leaf, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)), max_leaves=12)
-PARAMS = ["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "n",
-          "stop", "ignore_eos", "min_tokens", "logprobs", "top_logprobs", "echo", "stream", "stream_options",
-          "best_of", "suffix", "presence_penalty", "logit_bias", "response_format"]
-VALID = {"/v1/completions": {"model": MODEL, "prompt": "hi", "max_tokens": 4},
-         "/v1/chat/completions": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}}
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+PARAMS = [
+    "model",
+    "prompt",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "n",
+    "stop",
+    "ignore_eos",
+    "min_tokens",
+    "logprobs",
+    "top_logprobs",
+    "echo",
+    "stream",
+    "stream_options",
+    "best_of",
+    "suffix",
+    "presence_penalty",
+    "logit_bias",
+    "response_format",
+]
+VALID = {
+    "/v1/completions": {"model": MODEL, "prompt": "hi", "max_tokens": 4},
+    "/v1/chat/completions": {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+    },
+}
 
 
 PLAUSIBLE = {
     "prompt": st.one_of(st.text(max_size=30), st.lists(st.integers(-2, 300), max_size=20)),
-    "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "bot"]),
-                                                "content": st.text(max_size=20)}), max_size=3),
-    "max_tokens": st.integers(0, 60), "max_completion_tokens": st.integers(0, 60),
-    "temperature": st.floats(0, 3), "top_p": st.floats(0, 1.2), "seed": st.integers(-(2**64), 2**64),
-    "n": st.integers(0, 4), "stop": st.one_of(st.text(max_size=3), st.lists(st.text(max_size=3), max_size=3)),
-    "ignore_eos": st.booleans(), "min_tokens": st.integers(0, 70), "logprobs": st.one_of(st.booleans(), st.integers(-1, 25)),
-    "top_logprobs": st.integers(-1, 25), "echo": st.booleans(), "stream": st.booleans(),
+    "messages": st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["system", "user", "assistant", "bot"]), "content": st.text(max_size=20)}
+        ),
+        max_size=3,
+    ),
+    "max_tokens": st.integers(0, 60),
+    "max_completion_tokens": st.integers(0, 60),
+    "temperature": st.floats(0, 3),
+    "top_p": st.floats(0, 1.2),
+    "seed": st.integers(-(2**64), 2**64),
+    "n": st.integers(0, 4),
+    "stop": st.one_of(st.text(max_size=3), st.lists(st.text(max_size=3), max_size=3)),
+    "ignore_eos": st.booleans(),
+    "min_tokens": st.integers(0, 70),
+    "logprobs": st.one_of(st.booleans(), st.integers(-1, 25)),
+    "top_logprobs": st.integers(-1, 25),
+    "echo": st.booleans(),
+    "stream": st.booleans(),
     "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
 }
 
@@ -175,18 +239,33 @@ def bodies(draw) -> bytes:
     if kind == "random":
         return path, json.dumps(draw(json_value)).encode()
     if kind == "edge":
-        return path, draw(st.sampled_from([b"", b"{", b"[]", b"null", b'{"n": NaN}', b'{"max_tokens": 1e999}',
-                                           b'{"prompt": "' + b"9" * 5000 + b'"}', b"[" * 5000 + b"]" * 5000,
-                                           b'{"max_tokens": ' + b"9" * 5000 + b"}", "{\"prompt\": \"\udcff\"}".encode(
-                                               "utf-8", "surrogatepass")]))
+        return path, draw(
+            st.sampled_from(
+                [
+                    b"",
+                    b"{",
+                    b"[]",
+                    b"null",
+                    b'{"n": NaN}',
+                    b'{"max_tokens": 1e999}',
+                    b'{"prompt": "' + b"9" * 5000 + b'"}',
+                    b"[" * 5000 + b"]" * 5000,
+                    b'{"max_tokens": ' + b"9" * 5000 + b"}",
+                    '{"prompt": "\udcff"}'.encode("utf-8", "surrogatepass"),
+                ]
+            )
+        )
     body = dict(VALID[path])
     for key in draw(st.lists(st.sampled_from(PARAMS), max_size=4)):
         body[key] = draw(json_value)
     return path, json.dumps(body).encode()
 
 
-@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(request=bodies())
 def test_no_request_body_gets_a_5xx(small, request):
     path, body = request
@@ -211,8 +290,17 @@ def test_server_is_healthy_and_idle_after_fuzzing(small):
     assert engine.kv.pool.num_free_blocks == engine.kv.pool.num_blocks - 1
 
 
-@pytest.mark.parametrize("field,value", [("temperature", 5e-324), ("temperature", 1e-30), ("temperature", 0.009),
-                                         ("top_p", 5e-324), ("top_p", 1e-300), ("top_p", 1e-40)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("temperature", 5e-324),
+        ("temperature", 1e-30),
+        ("temperature", 0.009),
+        ("top_p", 5e-324),
+        ("top_p", 1e-300),
+        ("top_p", 1e-40),
+    ],
+)
 def test_tiny_temperature_or_top_p_samples_instead_of_crashing_the_engine(small, field, value):
     """A temperature of 1e-30 overflows logits / temperature to inf, and a top_p below float32's
     range masks every token: NaN probabilities, a failed step, the whole engine down. The

@@ -24,8 +24,9 @@ pytestmark = pytest.mark.slow
 GiB = 1 << 30
 
 
-def llama70b_blocks_by_hand(tp: int, utilisation: float = 0.9, kv_bytes: int = 2, block_size: int = 16,
-                            weight_bytes: int = 2) -> int:
+def llama70b_blocks_by_hand(
+    tp: int, utilisation: float = 0.9, kv_bytes: int = 2, block_size: int = 16, weight_bytes: int = 2
+) -> int:
     """vLLM's arithmetic, from Llama-3.1-70B's config.json and the H100's reported memory."""
     layers, hidden, heads, kv_heads, head_dim, inter, vocab = 80, 8192, 64, 8, 128, 28672, 128256
     per_layer = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * inter
@@ -42,20 +43,26 @@ def tokenizer():
     return load_sim_tokenizer()
 
 
-@pytest.mark.parametrize("tp,kv_dtype,weights", [(2, "auto", "auto"), (4, "auto", "auto"), (4, "fp8", "auto"),
-                                                (1, "auto", "fp8")])
+@pytest.mark.parametrize(
+    "tp,kv_dtype,weights", [(2, "auto", "auto"), (4, "auto", "auto"), (4, "fp8", "auto"), (1, "auto", "fp8")]
+)
 def test_block_count_matches_the_sizing_arithmetic(tokenizer, tp, kv_dtype, weights):
-    built = build_sim_engine(SimSpec("llama-3.1-70b", "h100-80gb", tp, 0.9, weights),
-                             EngineConfig(max_model_len=8192, kv_cache_dtype=kv_dtype), tokenizer=tokenizer)
-    expected = llama70b_blocks_by_hand(tp, kv_bytes=1 if kv_dtype == "fp8" else 2,
-                                       weight_bytes=1 if weights == "fp8" else 2)
+    built = build_sim_engine(
+        SimSpec("llama-3.1-70b", "h100-80gb", tp, 0.9, weights),
+        EngineConfig(max_model_len=8192, kv_cache_dtype=kv_dtype),
+        tokenizer=tokenizer,
+    )
+    expected = llama70b_blocks_by_hand(
+        tp, kv_bytes=1 if kv_dtype == "fp8" else 2, weight_bytes=1 if weights == "fp8" else 2
+    )
     assert abs(built.num_blocks - expected) <= 1, (built.num_blocks, expected)
     assert built.engine.kv.pool.num_blocks == built.num_blocks
 
 
 def test_steps_take_the_modelled_time_and_text_is_real(tokenizer):
-    built = build_sim_engine(SimSpec("llama-3.1-70b", "h100-80gb", 4), EngineConfig(max_model_len=4096),
-                             tokenizer=tokenizer)  # ~15 ms steps: long enough that timer jitter is small
+    built = build_sim_engine(
+        SimSpec("llama-3.1-70b", "h100-80gb", 4), EngineConfig(max_model_len=4096), tokenizer=tokenizer
+    )  # ~15 ms steps: long enough that timer jitter is small
     engine, executor = built.engine, built.executor
     request = engine.add_request("Tell me about the weather.", SamplingParams(max_tokens=40, n=2, seed=5))
     group = engine.groups[request.request_id]
@@ -65,7 +72,9 @@ def test_steps_take_the_modelled_time_and_text_is_real(tokenizer):
         engine.step()
         step_start = time.monotonic()
     elapsed = time.monotonic() - started
-    texts = [group.detokenizers[s.request_id].final_text() for s in sorted(group.sequences, key=lambda s: s.index)]
+    texts = [
+        group.detokenizers[s.request_id].final_text() for s in sorted(group.sequences, key=lambda s: s.index)
+    ]
     modelled = built.executor.modelled_total_s
     assert modelled > 0.5 and abs(elapsed - modelled) / modelled < 0.1
     # Per step, the median ratio (single sleeps can overshoot on a busy 2-core machine).
@@ -80,11 +89,17 @@ def test_steps_take_the_modelled_time_and_text_is_real(tokenizer):
 
 # -- 500 concurrent streams against a server process -------------------------------------------
 
+
 class SimServer:
     def __init__(self, *args: str):
         cmd = [sys.executable, "-m", "harness.cli", "engine", "serve", "--port", "0", "--simulate", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     cwd=os.path.dirname(os.path.dirname(__file__)))
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+        )
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
         line = self.proc.stdout.readline()
@@ -97,8 +112,13 @@ class SimServer:
 
 
 async def _one_stream(session: aiohttp.ClientSession, url: str, i: int) -> dict:
-    body = {"model": "llama-3.1-70b", "prompt": f"Request {i}: " + "please describe the ocean " * (1 + i % 5),
-            "max_tokens": 16, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "llama-3.1-70b",
+        "prompt": f"Request {i}: " + "please describe the ocean " * (1 + i % 5),
+        "max_tokens": 16,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     started = time.monotonic()
     first = None
     text = ""
@@ -120,7 +140,9 @@ async def _one_stream(session: aiohttp.ClientSession, url: str, i: int) -> dict:
 
 async def _run_streams(url: str, n: int, scrape_midway: list) -> list[dict]:
     connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=300)
+    ) as session:
         tasks = [asyncio.ensure_future(_one_stream(session, url, i)) for i in range(n)]
         # Scrape all along rather than once at a fixed moment: on a fast machine the streams may
         # all be done within a second, on a slow one none may have arrived yet.
@@ -140,8 +162,20 @@ def values(text: str) -> dict[tuple[str, str | None], float]:
 
 
 def test_500_concurrent_streams_with_consistent_metrics():
-    server = SimServer("--sim-model", "llama-3.1-70b", "--sim-gpu", "h100-80gb", "--tensor-parallel-size", "4",
-                       "--max-num-seqs", "512", "--max-num-batched-tokens", "16384", "--max-model-len", "8192")
+    server = SimServer(
+        "--sim-model",
+        "llama-3.1-70b",
+        "--sim-gpu",
+        "h100-80gb",
+        "--tensor-parallel-size",
+        "4",
+        "--max-num-seqs",
+        "512",
+        "--max-num-batched-tokens",
+        "16384",
+        "--max-model-len",
+        "8192",
+    )
     try:
         midway: list[str] = []
         started = time.monotonic()
@@ -155,7 +189,9 @@ def test_500_concurrent_streams_with_consistent_metrics():
     assert all(r["usage"]["completion_tokens"] == 16 for r in results)
     assert all(len(r["text"].split()) == 16 for r in results)
     during = [values(text) for text in midway]
-    busiest = max(d[("vllm:num_requests_running", None)] + d[("vllm:num_requests_waiting", None)] for d in during)
+    busiest = max(
+        d[("vllm:num_requests_running", None)] + d[("vllm:num_requests_waiting", None)] for d in during
+    )
     assert busiest > 0, f"no scrape out of {len(during)} saw a request in the engine"
     assert all(d[("vllm:num_requests_running", None)] <= 512 for d in during)  # --max-num-seqs holds
     assert final[("vllm:request_success_total", "length")] == 500
@@ -164,11 +200,14 @@ def test_500_concurrent_streams_with_consistent_metrics():
     assert final[("vllm:e2e_request_latency_seconds_count", None)] == 500
     assert final[("vllm:inter_token_latency_seconds_count", None)] == 500 * 15
     assert final[("vllm:prefix_cache_hits_total", None)] == sum(
-        r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in results)
+        r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in results
+    )
     assert final[("vllm:kv_cache_usage_perc", None)] == 0.0
     assert final[("vllm:num_requests_running", None)] == 0.0
     ttft_server = sorted(r["kvscope"]["ttft_s"] for r in results)
-    print(f"500 streams in {elapsed:.1f} s; server TTFT p50 {ttft_server[250]:.3f} s, p99 {ttft_server[494]:.3f} s")
+    print(
+        f"500 streams in {elapsed:.1f} s; server TTFT p50 {ttft_server[250]:.3f} s, p99 {ttft_server[494]:.3f} s"
+    )
 
 
 def urllib_open(url: str):

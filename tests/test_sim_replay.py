@@ -14,8 +14,14 @@ def trace(n=120, seed=0):
 
 
 def run(allocator, requests, **kw):
-    config = EngineConfig(allocator=allocator, max_model_len=1024, max_num_seqs=256, max_num_batched_tokens=4096,
-                          num_blocks=600, **kw)
+    config = EngineConfig(
+        allocator=allocator,
+        max_model_len=1024,
+        max_num_seqs=256,
+        max_num_batched_tokens=4096,
+        num_blocks=600,
+        **kw,
+    )
     return replay_trace(requests, SimSpec("llama-3.1-8b", "a100-40gb"), config)
 
 
@@ -25,7 +31,10 @@ def test_replay_runs_faster_than_real_time_and_completes_every_request():
     result = run("paged", requests)
     wall = time.perf_counter() - t0
     assert len(result.records) == len(requests) and result.rejected == 0
-    assert all(r.output_tokens == q.output_tokens for r, q in zip(sorted(result.records, key=lambda r: r.arrival_s), requests))
+    assert all(
+        r.output_tokens == q.output_tokens
+        for r, q in zip(sorted(result.records, key=lambda r: r.arrival_s), requests)
+    )
     assert result.duration_s > wall, "virtual time runs ahead of the wall clock"
 
 

@@ -13,10 +13,18 @@ from reference_engine.catalogue import MODELS, get_gpu, get_model
 GiB = 1 << 30
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("llama-3.1-70b", 327_680), ("qwen3-4b", 147_456), ("deepseek-v3", 70_272),
-    ("llama-3.1-8b", 131_072), ("llama-3.1-405b", 516_096), ("qwen3-235b-a22b", 192_512), ("qwen2.5-7b", 57_344),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("llama-3.1-70b", 327_680),
+        ("qwen3-4b", 147_456),
+        ("deepseek-v3", 70_272),
+        ("llama-3.1-8b", 131_072),
+        ("llama-3.1-405b", 516_096),
+        ("qwen3-235b-a22b", 192_512),
+        ("qwen2.5-7b", 57_344),
+    ],
+)
 def test_bytes_per_token_and_8_bit_halves_them(name, expected):
     m = get_model(name)
     assert sizing.kv_bytes_per_token(m) == sizing.kv_bytes_per_token(m, "bf16") == expected
@@ -32,7 +40,12 @@ def test_llama_70b_at_128k_is_40_gib():
 
 def test_tensor_parallel_splits_gqa_heads_and_replicates_mla():
     m = get_model("llama-3.1-70b")
-    assert [sizing.kv_bytes_per_token_per_gpu(m, tp=tp) for tp in (1, 2, 4, 8)] == [327_680, 163_840, 81_920, 40_960]
+    assert [sizing.kv_bytes_per_token_per_gpu(m, tp=tp) for tp in (1, 2, 4, 8)] == [
+        327_680,
+        163_840,
+        81_920,
+        40_960,
+    ]
     assert sizing.kv_bytes_per_token_per_gpu(m, tp=16) == 40_960  # one KV head per rank, replicated
     assert sizing.kv_bytes_per_token_per_gpu(get_model("deepseek-v3"), tp=8) == 70_272  # latent kept whole
     with pytest.raises(SizingError, match="9 attention heads"):
@@ -45,13 +58,16 @@ def test_sliding_window_layers_are_capped_at_the_window():
     assert sizing.kv_bytes_per_token(oss) == 36 * per_layer == 73_728  # all-full accounting
     assert sizing.kv_bytes_per_token_at(oss, 100) == 73_728  # inside the window nothing is dropped
     assert sizing.kv_bytes_for_context(oss, 131_072) == per_layer * (18 * 131_072 + 18 * 128)
-    assert sizing.kv_bytes_per_token_at(oss, 131_072) == pytest.approx(36_864, rel=0.001)  # ~ full layers only
+    assert sizing.kv_bytes_per_token_at(oss, 131_072) == pytest.approx(
+        36_864, rel=0.001
+    )  # ~ full layers only
     gemma = get_model("gemma-3-27b")  # 10 global layers (80 KiB/token) + 52 local ones capped at 1,024
     assert sizing.kv_bytes_per_token_at(gemma, 131_072) == 8_192 * (10 + 52 * 1_024 / 131_072)
     assert sizing.kv_bytes_per_token(gemma) == 62 * 8_192  # 496 KiB if every layer were global
 
 
 # --- vLLM's own figures -------------------------------------------------------------------------
+
 
 def test_reproduces_vllm_fp8_doc_qwen3_4b_on_l4():
     """vllm-project/vllm docs/features/quantization/quantized_kvcache.md (vLLM 0.25.1, L4, Qwen3-4B,
@@ -72,9 +88,12 @@ def test_reproduces_vllm_issue_12330_llama_3_8b_on_a100_40gb():
     weights take 14.96GiB; non_torch_memory 0.10GiB; activation peak 9.37GiB; KV 11.12GiB;
     '# GPU blocks: 5691'. Same budget formula, same block maths: within 0.1%."""
     m = get_model("llama-3.1-8b")  # Llama-3-8B and 3.1-8B share every shape
-    assert m.weight_bytes() / 1e9 == pytest.approx(14.9595 * 2**30 / 1e9, rel=0.001)  # "took 14.9595 GB" (GiB)
-    budget = sizing.kv_budget_bytes(round(39.50 * GiB), round(14.96 * GiB), utilisation=0.90,
-                                    overhead_bytes=round((0.10 + 9.37) * GiB))
+    assert m.weight_bytes() / 1e9 == pytest.approx(
+        14.9595 * 2**30 / 1e9, rel=0.001
+    )  # "took 14.9595 GB" (GiB)
+    budget = sizing.kv_budget_bytes(
+        round(39.50 * GiB), round(14.96 * GiB), utilisation=0.90, overhead_bytes=round((0.10 + 9.37) * GiB)
+    )
     assert budget / GiB == pytest.approx(11.12, abs=0.005)
     assert sizing.num_blocks(budget, sizing.block_bytes(m)) == pytest.approx(5_691, rel=0.001)
 
@@ -96,6 +115,7 @@ def test_default_prediction_for_llama_8b_on_h100_is_in_the_logged_range():
 
 # --- budget errors ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("utilisation", [0, -0.1, 1.01, 1.5])
 def test_utilisation_outside_0_1_is_an_error(utilisation):
     with pytest.raises(SizingError, match=r"utilisation must be in \(0, 1\]"):
@@ -110,7 +130,9 @@ def test_weights_larger_than_the_gpu_are_an_error():
     with pytest.raises(SizingError, match="larger than one h100-80gb.*tensor-parallel-size.*fp8"):
         sizing.gpu_kv_budget_bytes(get_model("llama-3.1-70b"), get_gpu("h100-80gb"))
     with pytest.raises(SizingError, match="no memory left for the KV cache"):
-        sizing.gpu_kv_budget_bytes(get_model("qwen3-32b"), get_gpu("rtx-4090"), weight_dtype="int4", utilisation=0.5)
+        sizing.gpu_kv_budget_bytes(
+            get_model("qwen3-32b"), get_gpu("rtx-4090"), weight_dtype="int4", utilisation=0.5
+        )
     fp8 = sizing.gpu_kv_budget_bytes(get_model("llama-3.1-70b"), get_gpu("h100-80gb"), weight_dtype="fp8")
     assert 2 * GiB < fp8 < 6 * GiB  # fits, with little room left for the cache
 
@@ -138,6 +160,7 @@ def test_a_given_kv_budget_bypasses_the_weights():
 
 # --- blocks, reservations, concurrency ----------------------------------------------------------
 
+
 def test_blocks_and_last_block_slack():
     assert [sizing.blocks_for_tokens(t) for t in (1, 15, 16, 17, 32, 33)] == [1, 1, 1, 2, 2, 3]
     assert [sizing.last_block_slack(t) for t in (1, 15, 16, 17)] == [15, 1, 0, 15]
@@ -151,8 +174,13 @@ def test_slack_is_always_below_one_block(tokens, block_size):
 
 
 def test_contiguous_versus_paged_for_llama_8b_on_h100():
-    p = sizing.plan(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), max_model_len=131_072, context_tokens=2_000,
-                    concurrency=64)
+    p = sizing.plan(
+        get_model("llama-3.1-8b"),
+        get_gpu("h100-80gb"),
+        max_model_len=131_072,
+        context_tokens=2_000,
+        concurrency=64,
+    )
     assert p.reserved_bytes_per_request == 16 * GiB and p.used_bytes_per_request == 2_000 * 131_072
     assert p.idle_share == pytest.approx(1 - 2_000 / 131_072)
     assert p.blocks_per_request == 125 and p.last_block_slack == 0 and p.max_last_block_slack == 15
@@ -166,8 +194,14 @@ def test_paging_never_fits_fewer_requests_than_reserving(name, context, kv_dtype
     m = get_model(name)
     max_len = min(m.max_context, 32_768)
     context = min(context, max_len)
-    p = sizing.plan(m, get_gpu("h100-80gb"), kv_budget=20 * GiB, max_model_len=max_len, context_tokens=context,
-                    kv_dtype=kv_dtype)
+    p = sizing.plan(
+        m,
+        get_gpu("h100-80gb"),
+        kv_budget=20 * GiB,
+        max_model_len=max_len,
+        context_tokens=context,
+        kv_dtype=kv_dtype,
+    )
     assert p.fit_paged >= p.fit_contiguous
     assert p.used_bytes_per_request <= p.paged_bytes_per_request <= p.used_bytes_per_request + p.block_bytes
     assert 0 <= p.idle_share < 1
@@ -179,10 +213,15 @@ def test_longest_request_that_fits():
     assert p.fit_contiguous == 0 and p.vllm_max_concurrency < 1
     pool = p.num_blocks * p.block_bytes
     longest = p.max_model_len_that_fits
-    assert sizing.paged_request_bytes(m, longest, tp=2) <= pool < sizing.paged_request_bytes(m, longest + 1, tp=2)
+    assert (
+        sizing.paged_request_bytes(m, longest, tp=2)
+        <= pool
+        < sizing.paged_request_bytes(m, longest + 1, tp=2)
+    )
 
 
 # --- prefix sharing -----------------------------------------------------------------------------
+
 
 def test_prefix_sharing_counts_full_blocks_only():
     s = sizing.prefix_sharing(1_000, 64, bytes_per_token=131_072, block_size=16)
@@ -195,7 +234,14 @@ def test_prefix_sharing_counts_full_blocks_only():
 
 
 def test_plan_reports_prefix_sharing_per_gpu():
-    p = sizing.plan(get_model("llama-3.1-70b"), get_gpu("h100-80gb"), tp=4, max_model_len=32_768,
-                    context_tokens=4_096, concurrency=32, shared_prefix_tokens=2_048)
+    p = sizing.plan(
+        get_model("llama-3.1-70b"),
+        get_gpu("h100-80gb"),
+        tp=4,
+        max_model_len=32_768,
+        context_tokens=4_096,
+        concurrency=32,
+        shared_prefix_tokens=2_048,
+    )
     assert p.prefix is not None and p.prefix.requests == 32  # falls back to --concurrency
     assert p.prefix.bytes_saved == 31 * 128 * 16 * 81_920

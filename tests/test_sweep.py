@@ -44,14 +44,30 @@ def test_highest_load_meeting_the_slos():
 
 
 def test_command_line_forwards_engine_and_workload_flags():
-    args = build_parser().parse_args(["sweep", "--concurrency", "1,4", "--num-blocks", "12", "--simulate",
-                                      "--engine-seed", "3", "--output-tokens", "16", "--workload", "shared_prefix"])
+    args = build_parser().parse_args(
+        [
+            "sweep",
+            "--concurrency",
+            "1,4",
+            "--num-blocks",
+            "12",
+            "--simulate",
+            "--engine-seed",
+            "3",
+            "--output-tokens",
+            "16",
+            "--workload",
+            "shared_prefix",
+        ]
+    )
     assert args.concurrency == [1.0, 4.0]
     assert engine_args(args) == ["--num-blocks", "12", "--simulate", "--seed", "3"]
     assert run_args(args) == ["--output-tokens", "16", "--workers", "1"]
     with pytest.raises(SystemExit):
         build_parser().parse_args(["sweep", "--rates", "1,-2"])
-    rc, out, _ = kvscope("sweep", "--concurrency", "1", "--workload", "chat", "--prefix-tokens", "9", timeout_s=60)
+    rc, out, _ = kvscope(
+        "sweep", "--concurrency", "1", "--workload", "chat", "--prefix-tokens", "9", timeout_s=60
+    )
     assert rc == 2 and "has no option(s) --prefix-tokens" in out
 
 
@@ -63,8 +79,21 @@ def test_help_explains_the_knee():
 @pytest.mark.slow
 def test_three_point_sweep_on_the_bundled_engine_names_a_knee(tmp_path):
     out = tmp_path / "sweep"
-    args = ["sweep", "--concurrency", "1,8,64", "--duration-per-point", "10s", "--workload", "shared_prefix",
-            "--output-tokens", "32", "--slo", "ttft=2s", "--out", str(out)]
+    args = [
+        "sweep",
+        "--concurrency",
+        "1,8,64",
+        "--duration-per-point",
+        "10s",
+        "--workload",
+        "shared_prefix",
+        "--output-tokens",
+        "32",
+        "--slo",
+        "ttft=2s",
+        "--out",
+        str(out),
+    ]
     # The user's path: the sweep starts the bundled engine once and reuses it for every point.
     rc, log, seconds = kvscope(*args, "--model", "tiny-random", timeout_s=420)
     assert rc == 0, log

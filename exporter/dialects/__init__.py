@@ -39,8 +39,10 @@ def normalise(exp: Exposition, dialect: str = "auto") -> Normalised:
     out = MODULES[name](idx)
     out.aggregates = aggregate(out.instances)
     if out.aggregates:
-        out.notes.append("aggregates (instance \"all\"): counters and requests summed, KV usage "
-                         "capacity-weighted when capacities are known, else max")
+        out.notes.append(
+            'aggregates (instance "all"): counters and requests summed, KV usage '
+            "capacity-weighted when capacities are known, else max"
+        )
     if dialect != "auto" and detect(idx) not in (name, "unknown"):
         out.notes.append(f"dialect forced to {name}, but the exposition looks like {detect(idx)}")
     out.notes = list(dict.fromkeys(out.notes))

@@ -15,7 +15,12 @@ import math
 
 from exporter.dialects.sample import COUNTERS, HISTOGRAMS, EngineSample, HistogramSample
 
-_SUMMED = tuple(COUNTERS) + ("requests_running", "requests_waiting", "kv_capacity_blocks", "kv_capacity_tokens")
+_SUMMED = tuple(COUNTERS) + (
+    "requests_running",
+    "requests_waiting",
+    "kv_capacity_blocks",
+    "kv_capacity_tokens",
+)
 _COMMON = ("kv_block_size_tokens", "kv_cache_dtype", "gpu_memory_utilization", "prefix_cache_unit")
 
 
@@ -43,8 +48,9 @@ def _hist(hs: list[HistogramSample | None]) -> HistogramSample | None:
         return None
     counts = tuple(math.fsum(c) for c in zip(*(h.counts for h in hs)))  # type: ignore[union-attr]
     sums, cnts = [h.sum for h in hs], [h.count for h in hs]  # type: ignore[union-attr]
-    return HistogramSample(hs[0].bounds, counts, None if None in sums else _sum(sums),
-                           None if None in cnts else _sum(cnts))
+    return HistogramSample(
+        hs[0].bounds, counts, None if None in sums else _sum(sums), None if None in cnts else _sum(cnts)
+    )
 
 
 def aggregate(instances: list[EngineSample]) -> list[EngineSample]:

@@ -99,8 +99,13 @@ def _matches(labels: Labels, where: Where) -> bool:
     return where is None or labels.get(where[0]) == where[1]
 
 
-def gauge(idx: FamilyIndex, names: Sequence[str], keyer: Keyer, where: Where = None,
-          ids: dict[Key, dict[str, str]] | None = None) -> tuple[dict[Key, float], str | None]:
+def gauge(
+    idx: FamilyIndex,
+    names: Sequence[str],
+    keyer: Keyer,
+    where: Where = None,
+    ids: dict[Key, dict[str, str]] | None = None,
+) -> tuple[dict[Key, float], str | None]:
     """First finite value per instance of the first alias with samples."""
     name = idx.first(names)
     out: dict[Key, float] = {}
@@ -117,8 +122,13 @@ def gauge(idx: FamilyIndex, names: Sequence[str], keyer: Keyer, where: Where = N
     return out, name
 
 
-def counter(idx: FamilyIndex, names: Sequence[str], keyer: Keyer, where: Where = None,
-            ids: dict[Key, dict[str, str]] | None = None) -> tuple[dict[Key, float], str | None]:
+def counter(
+    idx: FamilyIndex,
+    names: Sequence[str],
+    keyer: Keyer,
+    where: Where = None,
+    ids: dict[Key, dict[str, str]] | None = None,
+) -> tuple[dict[Key, float], str | None]:
     """Sum per instance (over extra labels such as finished_reason) of the first alias.
 
     Negative or non-finite values are not counters: they are skipped, leaving None.
@@ -148,8 +158,9 @@ def _le(labels: Labels) -> float | None:
         return None
 
 
-def histogram(idx: FamilyIndex, bases: Sequence[str], keyer: Keyer,
-              ids: dict[Key, dict[str, str]] | None = None) -> tuple[dict[Key, HistogramSample], str | None]:
+def histogram(
+    idx: FamilyIndex, bases: Sequence[str], keyer: Keyer, ids: dict[Key, dict[str, str]] | None = None
+) -> tuple[dict[Key, HistogramSample], str | None]:
     """Histograms per instance of the first base name with `_bucket` samples.
 
     Series of one instance that differ only in extra labels (e.g. vLLM's `priority`) are
@@ -215,8 +226,11 @@ def num(text: str | None) -> float | None:
     return v if math.isfinite(v) and v > 0 else None
 
 
-def assemble(ids: dict[Key, dict[str, str]], values: dict[str, dict[Key, float]],
-             hists: dict[str, dict[Key, HistogramSample]]) -> dict[Key, EngineSample]:
+def assemble(
+    ids: dict[Key, dict[str, str]],
+    values: dict[str, dict[Key, float]],
+    hists: dict[str, dict[Key, HistogramSample]],
+) -> dict[Key, EngineSample]:
     """Build one EngineSample per instance key seen in any quantity."""
     out: dict[Key, EngineSample] = {}
     for key in sorted(ids):

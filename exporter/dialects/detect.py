@@ -22,8 +22,13 @@ PREFIXES: dict[str, tuple[str, ...]] = {
 
 # trtllm-serve 1.0/1.1 (PR #5785) exposed these five families without any prefix.
 UNPREFIXED_TRTLLM: frozenset[str] = frozenset(
-    {"request_success_total", "e2e_request_latency_seconds", "time_to_first_token_seconds",
-     "time_per_output_token_seconds", "request_queue_time_seconds"}
+    {
+        "request_success_total",
+        "e2e_request_latency_seconds",
+        "time_to_first_token_seconds",
+        "time_per_output_token_seconds",
+        "request_queue_time_seconds",
+    }
 )
 
 

@@ -24,7 +24,10 @@ SPEC = Spec(
     },
     histograms={
         "time_to_first_token_seconds": ("lmdeploy_time_to_first_token_seconds",),
-        "inter_token_latency_seconds": ("lmdeploy_iter_token_latency", "lmdeploy_time_per_output_token_seconds"),
+        "inter_token_latency_seconds": (
+            "lmdeploy_iter_token_latency",
+            "lmdeploy_time_per_output_token_seconds",
+        ),
         "e2e_request_latency_seconds": ("lmdeploy_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("lmdeploy_request_queue_time_seconds",),
     },
@@ -45,7 +48,9 @@ def normalise(idx: FamilyIndex) -> Normalised:
             fill_capacity(s)
     notes.append("preemptions unknown: LMDeploy exports no preemption metric")
     if idx.has("lmdeploy_prefix_cache_hit_rate"):
-        notes.append("ignored lmdeploy:prefix_cache_hit_rate (a gauge without a window); prefix counters unknown")
+        notes.append(
+            "ignored lmdeploy:prefix_cache_hit_rate (a gauge without a window); prefix counters unknown"
+        )
     else:
         notes.append("prefix-cache counters unknown in LMDeploy")
     notes += unobserved_note(idx, ("lmdeploy_",))

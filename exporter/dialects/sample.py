@@ -35,8 +35,14 @@ QUANTITIES: tuple[str, ...] = (
     "requests_finished",
 )
 COUNTERS: frozenset[str] = frozenset(
-    {"prefix_cache_queries_tokens", "prefix_cache_hits_tokens", "preemptions", "prompt_tokens",
-     "generation_tokens", "requests_finished"}
+    {
+        "prefix_cache_queries_tokens",
+        "prefix_cache_hits_tokens",
+        "preemptions",
+        "prompt_tokens",
+        "generation_tokens",
+        "requests_finished",
+    }
 )
 
 
@@ -53,13 +59,21 @@ class HistogramSample:
     count: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bounds": [_json_float(b) for b in self.bounds], "counts": list(self.counts),
-                "sum": self.sum, "count": self.count}
+        return {
+            "bounds": [_json_float(b) for b in self.bounds],
+            "counts": list(self.counts),
+            "sum": self.sum,
+            "count": self.count,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HistogramSample:
-        return cls(tuple(float(b) for b in d["bounds"]), tuple(float(c) for c in d["counts"]),
-                   d.get("sum"), d.get("count"))
+        return cls(
+            tuple(float(b) for b in d["bounds"]),
+            tuple(float(c) for c in d["counts"]),
+            d.get("sum"),
+            d.get("count"),
+        )
 
 
 def _json_float(x: float) -> float | str:
@@ -135,6 +149,9 @@ class Normalised:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dialect": self.dialect, "variant": self.variant,
-                "instances": [s.to_dict() for s in self.instances + self.aggregates],
-                "notes": list(self.notes)}
+        return {
+            "dialect": self.dialect,
+            "variant": self.variant,
+            "instances": [s.to_dict() for s in self.instances + self.aggregates],
+            "notes": list(self.notes),
+        }

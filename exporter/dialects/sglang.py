@@ -30,7 +30,10 @@ SPEC = Spec(
     },
     histograms={
         "time_to_first_token_seconds": ("sglang_time_to_first_token_seconds",),
-        "inter_token_latency_seconds": ("sglang_inter_token_latency_seconds", "sglang_time_per_output_token_seconds"),
+        "inter_token_latency_seconds": (
+            "sglang_inter_token_latency_seconds",
+            "sglang_time_per_output_token_seconds",
+        ),
         "e2e_request_latency_seconds": ("sglang_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("sglang_queue_time_seconds",),
     },
@@ -60,13 +63,17 @@ def normalise(idx: FamilyIndex) -> Normalised:
     hits, hit_name = counter(idx, ("sglang_cached_tokens_total",), keyer)
     if hit_name:
         queries = {k: s.prompt_tokens for k, s in samples.items()}
-        notes.append("prefix-cache queries = sglang:prompt_tokens_total (SGLang counts cached prompt tokens, not lookups)")
+        notes.append(
+            "prefix-cache queries = sglang:prompt_tokens_total (SGLang counts cached prompt tokens, not lookups)"
+        )
     else:
         hits, hit_name = counter(idx, ("sglang_realtime_tokens_total",), keyer, ("mode", "prefill_cache"))
         compute, _ = counter(idx, ("sglang_realtime_tokens_total",), keyer, ("mode", "prefill_compute"))
         queries = {k: hits[k] + compute[k] for k in hits if k in compute}
         if hit_name:
-            notes.append("prefix-cache statistics from sglang:realtime_tokens_total{mode=prefill_cache|prefill_compute}")
+            notes.append(
+                "prefix-cache statistics from sglang:realtime_tokens_total{mode=prefill_cache|prefill_compute}"
+            )
     for key, s in samples.items():
         if key in hits and queries.get(key) is not None:
             s.prefix_cache_hits_tokens, s.prefix_cache_queries_tokens = hits[key], queries[key]
@@ -76,12 +83,18 @@ def normalise(idx: FamilyIndex) -> Normalised:
     if idx.has("sglang_cache_hit_rate"):
         notes.append("ignored sglang:cache_hit_rate (last prefill batch only, reset to 0 on decode)")
     if "preemptions" not in used:
-        lossy = " (only the per-interval num_retracted_reqs gauge, which loses events)" if idx.has(
-            "sglang_num_retracted_reqs") else ""
+        lossy = (
+            " (only the per-interval num_retracted_reqs gauge, which loses events)"
+            if idx.has("sglang_num_retracted_reqs")
+            else ""
+        )
         notes.append("preemptions unknown: no sglang:num_retracted_requests_total" + lossy)
     if "requests_finished" not in used:
-        e2e = {k: s.histograms["e2e_request_latency_seconds"].count for k, s in samples.items()
-               if "e2e_request_latency_seconds" in s.histograms}
+        e2e = {
+            k: s.histograms["e2e_request_latency_seconds"].count
+            for k, s in samples.items()
+            if "e2e_request_latency_seconds" in s.histograms
+        }
         for key, count in e2e.items():
             samples[key].requests_finished = count
         if e2e:

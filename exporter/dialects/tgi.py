@@ -38,8 +38,10 @@ def normalise(idx: FamilyIndex) -> Normalised:
         if key in reserved and s.kv_capacity_tokens:
             s.kv_usage_ratio = reserved[key] / s.kv_capacity_tokens
     if reserved:
-        notes.append("proxy: KV usage = tgi_batch_current_max_tokens / tgi_batch_max_total_tokens "
-                     "(reserved tokens, not blocks in use)")
+        notes.append(
+            "proxy: KV usage = tgi_batch_current_max_tokens / tgi_batch_max_total_tokens "
+            "(reserved tokens, not blocks in use)"
+        )
     notes.append("no prefix-cache or preemption metrics in TGI")
     notes.append("no time-to-first-token histogram in TGI")
     if "inter_token_latency_seconds" in used:

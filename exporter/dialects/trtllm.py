@@ -48,7 +48,10 @@ SERVE = Spec(
     },
     histograms={
         "time_to_first_token_seconds": ("trtllm_time_to_first_token_seconds", "time_to_first_token_seconds"),
-        "inter_token_latency_seconds": ("trtllm_time_per_output_token_seconds", "time_per_output_token_seconds"),
+        "inter_token_latency_seconds": (
+            "trtllm_time_per_output_token_seconds",
+            "time_per_output_token_seconds",
+        ),
         "e2e_request_latency_seconds": ("trtllm_e2e_request_latency_seconds", "e2e_request_latency_seconds"),
         "request_queue_time_seconds": ("trtllm_request_queue_time_seconds", "request_queue_time_seconds"),
     },
@@ -65,8 +68,10 @@ def _triton(idx: FamilyIndex) -> Normalised:
         if s.kv_usage_ratio is not None and s.kv_capacity_blocks and key in used:
             derived = used[key] / s.kv_capacity_blocks
             if abs(derived - s.kv_usage_ratio) > 0.01:
-                notes.append(f"{key[0]}: reported fraction {s.kv_usage_ratio:g} disagrees with "
-                             f"used/max = {derived:.6g}; the reported fraction is used")
+                notes.append(
+                    f"{key[0]}: reported fraction {s.kv_usage_ratio:g} disagrees with "
+                    f"used/max = {derived:.6g}; the reported fraction is used"
+                )
     notes.append("preemptions unknown: Triton exposes only the instantaneous paused_requests gauge")
     notes.append("prefix-cache hit ratio not derivable: Triton exports reused blocks but no misses")
     notes.append("no latency histograms or token counters from the TRT-LLM Triton backend")
@@ -92,8 +97,10 @@ def _serve(idx: FamilyIndex) -> Normalised:
             s.prefix_cache_queries_tokens = (reused[key] + missed[key]) * scale
             s.prefix_cache_unit = "tokens" if s.kv_block_size_tokens else "blocks"
     if any(s.prefix_cache_unit for s in samples.values()) and not c_name:
-        notes.append("approximated: block-counted prefix statistics (reused, reused + missed blocks) "
-                     "x tokens_per_block")
+        notes.append(
+            "approximated: block-counted prefix statistics (reused, reused + missed blocks) "
+            "x tokens_per_block"
+        )
     notes.append("preemptions unknown: trtllm-serve exposes only the trtllm_num_paused_requests gauge")
     if "inter_token_latency_seconds" in used:
         notes.append("inter-token latency from time_per_output_token_seconds (per-request TPOT)")

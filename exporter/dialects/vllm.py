@@ -42,22 +42,38 @@ SPEC = Spec(
     },
     histograms={
         "time_to_first_token_seconds": ("vllm_time_to_first_token_seconds",),
-        "inter_token_latency_seconds": ("vllm_inter_token_latency_seconds", "vllm_time_per_output_token_seconds"),
+        "inter_token_latency_seconds": (
+            "vllm_inter_token_latency_seconds",
+            "vllm_time_per_output_token_seconds",
+        ),
         "e2e_request_latency_seconds": ("vllm_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("vllm_request_queue_time_seconds",),
     },
 )
 
-V1_NAMES = frozenset({
-    "vllm_kv_cache_usage_perc", "vllm_prefix_cache_queries", "vllm_prefix_cache_queries_total",
-    "vllm_gpu_prefix_cache_queries", "vllm_gpu_prefix_cache_queries_total",
-    "vllm_gpu_prefix_cache_queries_created", "vllm_inter_token_latency_seconds",
-    "vllm_request_success_created", "vllm_num_preemptions_created",
-})
-V0_NAMES = frozenset({
-    "vllm_gpu_prefix_cache_hit_rate", "vllm_cpu_prefix_cache_hit_rate", "vllm_cpu_cache_usage_perc",
-    "vllm_num_requests_swapped", "vllm_time_in_queue_requests", "vllm_avg_prompt_throughput_toks_per_s",
-})
+V1_NAMES = frozenset(
+    {
+        "vllm_kv_cache_usage_perc",
+        "vllm_prefix_cache_queries",
+        "vllm_prefix_cache_queries_total",
+        "vllm_gpu_prefix_cache_queries",
+        "vllm_gpu_prefix_cache_queries_total",
+        "vllm_gpu_prefix_cache_queries_created",
+        "vllm_inter_token_latency_seconds",
+        "vllm_request_success_created",
+        "vllm_num_preemptions_created",
+    }
+)
+V0_NAMES = frozenset(
+    {
+        "vllm_gpu_prefix_cache_hit_rate",
+        "vllm_cpu_prefix_cache_hit_rate",
+        "vllm_cpu_cache_usage_perc",
+        "vllm_num_requests_swapped",
+        "vllm_time_in_queue_requests",
+        "vllm_avg_prompt_throughput_toks_per_s",
+    }
+)
 
 
 def variant(idx: FamilyIndex) -> str | None:
@@ -93,7 +109,7 @@ def _prefix(idx: FamilyIndex, keyer: Keyer, samples: dict, notes: list[str]) -> 
     h, h_name = counter(idx, (names[0][1], names[1][1]), keyer)
     if q_name and h_name and (q_name in NEW_PREFIX) != (h_name in NEW_PREFIX):
         notes.append(f"prefix-cache statistics mix names: queries from {q_name}, hits from {h_name}")
-    used = (q_name or h_name or "")
+    used = q_name or h_name or ""
     unit = _prefix_unit(idx, NEW_PREFIX if used in NEW_PREFIX else OLD_PREFIX) if used else None
     for key, s in samples.items():
         s.prefix_cache_queries_tokens = q.get(key)
@@ -133,7 +149,9 @@ def _blocks_to_tokens(samples: dict[tuple[str, str], EngineSample], notes: list[
             s.prefix_cache_unit = "tokens"
             converted = True
         elif s.prefix_cache_unit == "blocks":
-            notes.append("prefix-cache counters are block counts (vLLM < 0.9.0); block size unknown, not converted")
+            notes.append(
+                "prefix-cache counters are block counts (vLLM < 0.9.0); block size unknown, not converted"
+            )
     if converted:
         notes.append("approximated: block-counted prefix statistics (vLLM < 0.9.0) x block_size = tokens")
 

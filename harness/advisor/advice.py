@@ -53,9 +53,15 @@ class Advice:
     time_axis: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "deployment": self.deployment, "diagnosis": self.diagnosis,
-                "workload": self.workload, "verdicts": [asdict(v) for v in self.verdicts], "notes": self.notes,
-                "time_axis": self.time_axis}
+        return {
+            "source": self.source,
+            "deployment": self.deployment,
+            "diagnosis": self.diagnosis,
+            "workload": self.workload,
+            "verdicts": [asdict(v) for v in self.verdicts],
+            "notes": self.notes,
+            "time_axis": self.time_axis,
+        }
 
 
 def _clean(x: Any) -> Any:
@@ -73,12 +79,23 @@ def _clean(x: Any) -> Any:
 
 def deployment_view(dep: Deployment) -> dict[str, Any]:
     e = dep.engine
-    return {"bundled_engine": dep.bundled, "simulated": dep.simulated, "model": dep.model, "engine_model": e.model,
-            "gpu": dep.gpu, "tensor_parallel_size": dep.tp, "gpu_memory_utilization": dep.gpu_memory_utilization,
-            "kv_cache_dtype": dep.kv_dtype, "num_blocks": capacity.base_blocks(dep), "block_size": e.block_size,
-            "max_model_len": dep.max_model_len, "max_num_seqs": e.max_num_seqs,
-            "max_num_batched_tokens": e.max_num_batched_tokens, "allocator": e.allocator,
-            "enable_prefix_caching": e.enable_prefix_caching}
+    return {
+        "bundled_engine": dep.bundled,
+        "simulated": dep.simulated,
+        "model": dep.model,
+        "engine_model": e.model,
+        "gpu": dep.gpu,
+        "tensor_parallel_size": dep.tp,
+        "gpu_memory_utilization": dep.gpu_memory_utilization,
+        "kv_cache_dtype": dep.kv_dtype,
+        "num_blocks": capacity.base_blocks(dep),
+        "block_size": e.block_size,
+        "max_model_len": dep.max_model_len,
+        "max_num_seqs": e.max_num_seqs,
+        "max_num_batched_tokens": e.max_num_batched_tokens,
+        "allocator": e.allocator,
+        "enable_prefix_caching": e.enable_prefix_caching,
+    }
 
 
 def admission_tokens(dep: Deployment, work: WorkloadEvidence | None) -> int:
@@ -100,18 +117,30 @@ def diagnose_run(inputs: RunInputs, work: WorkloadEvidence | None = None) -> Win
     if main is None:
         return None
     (target, _, _), window = main
-    return diagnose_window(window, target, finished_fallback=len(completed(inputs.requests)),
-                           admission_tokens=admission_tokens(dep, work))
+    return diagnose_window(
+        window,
+        target,
+        finished_fallback=len(completed(inputs.requests)),
+        admission_tokens=admission_tokens(dep, work),
+    )
 
 
 def _upper_bound_demand(inputs: RunInputs, work: WorkloadEvidence) -> int | None:
     """Arithmetic demand: the most requests the engine held at once (running + waiting) x the
     blocks of a p99-long request. An upper bound (not every request is at full length)."""
     server, bs = inputs.server, inputs.deployment.engine.block_size
-    if not {"requests_running", "requests_waiting"} <= set(server.columns) or work.lengths is None or server.empty:
+    if (
+        not {"requests_running", "requests_waiting"} <= set(server.columns)
+        or work.lengths is None
+        or server.empty
+    ):
         return None
     peak = (server["requests_running"].fillna(0) + server["requests_waiting"].fillna(0)).max()
-    return int(peak) * blocks_for_tokens(math.ceil(work.lengths.p99_tokens), bs) if peak == peak and peak > 0 else None
+    return (
+        int(peak) * blocks_for_tokens(math.ceil(work.lengths.p99_tokens), bs)
+        if peak == peak and peak > 0
+        else None
+    )
 
 
 def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None, str | None]:
@@ -119,9 +148,15 @@ def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None,
     done = completed(inputs.requests)
     dep = inputs.deployment
     bs = dep.engine.block_size
-    reserve = blocks_for_tokens(dep.max_model_len, bs) if dep.engine.allocator == "contiguous" and dep.max_model_len else 0
-    total = sum(max(reserve, blocks_for_tokens(int(p) + int(o), bs))
-                for p, o in zip(done["prompt_tokens"], done["output_tokens"]))
+    reserve = (
+        blocks_for_tokens(dep.max_model_len, bs)
+        if dep.engine.allocator == "contiguous" and dep.max_model_len
+        else 0
+    )
+    total = sum(
+        max(reserve, blocks_for_tokens(int(p) + int(o), bs))
+        for p, o in zip(done["prompt_tokens"], done["output_tokens"])
+    )
     ample = min(total + 2, MAX_AMPLE_BLOCKS)
     note = None if ample == total + 2 else f"demand capped: the trace needs up to {total:,} blocks"
     metrics = replayer.run(Change("no KV limit", num_blocks=ample))
@@ -141,8 +176,12 @@ def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdic
     if not p.expect_gain:  # kv_not_bottleneck: confirmed when more KV memory does not help
         gained, why = judge(comparison.baseline, comparison.changed)
         verified = not gained
-        replay.update(verified=verified, why="more KV memory changes nothing measurable" if verified
-                      else f"more KV memory helps after all: {why}")
+        replay.update(
+            verified=verified,
+            why="more KV memory changes nothing measurable"
+            if verified
+            else f"more KV memory helps after all: {why}",
+        )
     alternatives = []
     for alt in p.alternatives:
         try:
@@ -151,8 +190,16 @@ def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdic
             notes.append(f"{p.action}: replay of {alt.label} failed: {exc}")
             continue
         alternatives.append(_clean(c.to_dict()))
-    return Verdict(p.action, p.title, _clean(p.evidence), _clean(p.projected), p.effect, verified,
-                   _clean(replay), alternatives)
+    return Verdict(
+        p.action,
+        p.title,
+        _clean(p.evidence),
+        _clean(p.projected),
+        p.effect,
+        verified,
+        _clean(replay),
+        alternatives,
+    )
 
 
 def _rank(v: Verdict) -> tuple:
@@ -169,13 +216,21 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     work = workload_evidence(inputs)
     diag = diagnose_run(inputs, work)
     notes: list[str] = []
-    workload = {"lengths": None if work.lengths is None else asdict(work.lengths),
-                "prefixes": None if work.prefixes is None else {**asdict(work.prefixes),
-                                                                 "identical_hit_ratio": work.prefixes.identical_hit_ratio,
-                                                                 "near_hit_ratio": work.prefixes.near_hit_ratio}}
+    workload = {
+        "lengths": None if work.lengths is None else asdict(work.lengths),
+        "prefixes": None
+        if work.prefixes is None
+        else {
+            **asdict(work.prefixes),
+            "identical_hit_ratio": work.prefixes.identical_hit_ratio,
+            "near_hit_ratio": work.prefixes.near_hit_ratio,
+        },
+    }
     if inputs.run.get("status") not in (None, "completed"):
-        notes.append(f"the run did not complete (status {inputs.run.get('status')!r}): "
-                     f"{' '.join(str(inputs.run.get('failure') or 'see run.json').split())[:300]}")
+        notes.append(
+            f"the run did not complete (status {inputs.run.get('status')!r}): "
+            f"{' '.join(str(inputs.run.get('failure') or 'see run.json').split())[:300]}"
+        )
     if diag is None:
         notes.append("server.parquet has no samples from the engine: no diagnosis")
         return Advice(str(inputs.path or ""), deployment_view(dep), {}, _clean(workload), [], notes)
@@ -191,23 +246,41 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
             notes.append(f"no replay: {exc}")
             replayer = None
     if demand is None and upper is not None and diag.kv_pressure:
-        notes.append("KV demand from arithmetic (peak requests x p99 length), not measured by replay: an upper bound")
+        notes.append(
+            "KV demand from arithmetic (peak requests x p99 length), not measured by replay: an upper bound"
+        )
     outcome = decide(dep, diag, work, demand, upper)
     notes += outcome.notes
     verdicts = sorted((_verdict(p, replayer, notes) for p in outcome.proposals), key=_rank)
-    diagnosis = {**diag.numbers(), "preemption_level": diag.preemption_level, "kv_pressure": diag.kv_pressure,
-                 "kv_not_bottleneck": diag.kv_not_bottleneck, "demand_blocks": demand,
-                 "exporter_advice": [a for a, on in diag.exporter_advice.items() if on],
-                 "exporter_reasons": diag.exporter_reasons}
+    diagnosis = {
+        **diag.numbers(),
+        "preemption_level": diag.preemption_level,
+        "kv_pressure": diag.kv_pressure,
+        "kv_not_bottleneck": diag.kv_not_bottleneck,
+        "demand_blocks": demand,
+        "exporter_advice": [a for a, on in diag.exporter_advice.items() if on],
+        "exporter_reasons": diag.exporter_reasons,
+    }
     if replayer is not None and replayer.excluded:
         notes.append(f"{replayer.excluded} request(s) without token counts (failed) are not in the replays")
-    recorded = int(inputs.requests["ok"].fillna(False).astype(bool).sum()) if "ok" in inputs.requests.columns else 0
+    recorded = (
+        int(inputs.requests["ok"].fillna(False).astype(bool).sum()) if "ok" in inputs.requests.columns else 0
+    )
     if diag.finished is not None and diag.finished > 1.2 * recorded + 2:
-        notes.append(f"the server finished {diag.finished:,.0f} requests but the bundle records {recorded:,} "
-                     "completed ones (e.g. requests still in flight when the run stopped leave no record): the replays "
-                     "carry less load than the run did")
-    return Advice(str(inputs.path or ""), _clean(deployment_view(dep)), _clean(diagnosis), _clean(workload), verdicts,
-                  notes, replayer.time_axis if replayer else None)
+        notes.append(
+            f"the server finished {diag.finished:,.0f} requests but the bundle records {recorded:,} "
+            "completed ones (e.g. requests still in flight when the run stopped leave no record): the replays "
+            "carry less load than the run did"
+        )
+    return Advice(
+        str(inputs.path or ""),
+        _clean(deployment_view(dep)),
+        _clean(diagnosis),
+        _clean(workload),
+        verdicts,
+        notes,
+        replayer.time_axis if replayer else None,
+    )
 
 
 def write_json(advice: Advice, directory: str | Path) -> Path:

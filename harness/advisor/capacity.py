@@ -45,8 +45,14 @@ class MemoryOption:
         return f"{self.replicas} replicas of {where}" if self.replicas > 1 else where
 
 
-def arithmetic_blocks(dep: Deployment, *, kv_dtype: str | None = None, gpu: str | None = None,
-                      tp: int | None = None, utilisation: float | None = None) -> int | None:
+def arithmetic_blocks(
+    dep: Deployment,
+    *,
+    kv_dtype: str | None = None,
+    gpu: str | None = None,
+    tp: int | None = None,
+    utilisation: float | None = None,
+) -> int | None:
     """sizing's block count for the deployment with the given fields changed (None when the
     deployment has no catalogue model and GPU, or the weights leave no room)."""
     if not dep.gpu_sized:
@@ -54,8 +60,12 @@ def arithmetic_blocks(dep: Deployment, *, kv_dtype: str | None = None, gpu: str 
     model, g = get_model(dep.model or ""), get_gpu(gpu or dep.gpu or "")
     try:
         budget = sizing.gpu_kv_budget_bytes(
-            model, g, tp=tp or dep.tp, weight_dtype=dep.weight_dtype,
-            utilisation=utilisation or dep.gpu_memory_utilization or sizing.DEFAULT_GPU_MEMORY_UTILIZATION)
+            model,
+            g,
+            tp=tp or dep.tp,
+            weight_dtype=dep.weight_dtype,
+            utilisation=utilisation or dep.gpu_memory_utilization or sizing.DEFAULT_GPU_MEMORY_UTILIZATION,
+        )
         per_block = sizing.block_bytes(model, kv_dtype or dep.kv_dtype, tp or dep.tp, dep.engine.block_size)
     except ValueError:
         return None
@@ -111,7 +121,11 @@ def memory_options(dep: Deployment, demand_blocks: int) -> list[MemoryOption]:
             continue
         blocks = changed_blocks(dep, tp=tp)
         if blocks is not None and blocks >= needed:
-            options.append(MemoryOption("tensor_parallel", current.name, tp, 1, blocks, tp, _gib(current.memory_bytes * tp)))
+            options.append(
+                MemoryOption(
+                    "tensor_parallel", current.name, tp, 1, blocks, tp, _gib(current.memory_bytes * tp)
+                )
+            )
             break  # larger tp only costs more
         tp *= 2
     for gpu in sorted(GPUS.values(), key=lambda g: g.memory_bytes):
@@ -119,11 +133,24 @@ def memory_options(dep: Deployment, demand_blocks: int) -> list[MemoryOption]:
             continue
         blocks = changed_blocks(dep, gpu=gpu.name)
         if blocks is not None and blocks >= needed:
-            options.append(MemoryOption("larger_gpu", gpu.name, dep.tp, 1, blocks, dep.tp, _gib(gpu.memory_bytes * dep.tp)))
+            options.append(
+                MemoryOption(
+                    "larger_gpu", gpu.name, dep.tp, 1, blocks, dep.tp, _gib(gpu.memory_bytes * dep.tp)
+                )
+            )
             break  # the smallest larger GPU that fits
     replicas = max(2, math.ceil(needed / base))
-    options.append(MemoryOption("replicas", current.name, dep.tp, replicas, base, replicas * dep.tp,
-                                _gib(current.memory_bytes * dep.tp * replicas)))
+    options.append(
+        MemoryOption(
+            "replicas",
+            current.name,
+            dep.tp,
+            replicas,
+            base,
+            replicas * dep.tp,
+            _gib(current.memory_bytes * dep.tp * replicas),
+        )
+    )
     return sorted(options, key=lambda o: (o.total_memory_gib or 0, o.gpus))
 
 

@@ -67,9 +67,23 @@ class WindowDiagnosis:
 
     def numbers(self) -> dict[str, Any]:
         """The numeric evidence, rounded for people, None where unknown."""
-        keys = ("points", "duration_s", "preemptions", "finished", "preemptions_per_finished",
-                "preemptions_per_minute", "saturated_share", "waiting_share", "waiting_low_usage_share", "waiting_kv_blocked_share",
-                "max_usage", "mean_usage", "mean_running", "max_running", "hit_ratio")
+        keys = (
+            "points",
+            "duration_s",
+            "preemptions",
+            "finished",
+            "preemptions_per_finished",
+            "preemptions_per_minute",
+            "saturated_share",
+            "waiting_share",
+            "waiting_low_usage_share",
+            "waiting_kv_blocked_share",
+            "max_usage",
+            "mean_usage",
+            "mean_running",
+            "max_running",
+            "hit_ratio",
+        )
         return {k: _round(getattr(self, k)) for k in keys}
 
 
@@ -109,8 +123,13 @@ def _kv_blocked(s: EngineSample, admission_tokens: int, th: Thresholds) -> bool:
     return (1 - u) * capacity < admission_tokens
 
 
-def diagnose_window(window: Window, target: str = "", finished_fallback: int | None = None,
-                    th: Thresholds | None = None, admission_tokens: int = 0) -> WindowDiagnosis:
+def diagnose_window(
+    window: Window,
+    target: str = "",
+    finished_fallback: int | None = None,
+    th: Thresholds | None = None,
+    admission_tokens: int = 0,
+) -> WindowDiagnosis:
     """Diagnose one instance's window (oldest first). `finished_fallback` is the number of
     completed requests from the client side, used when the engine has no finished counter;
     `admission_tokens` the free KV tokens a new request needs (0: unknown)."""
@@ -118,8 +137,11 @@ def diagnose_window(window: Window, target: str = "", finished_fallback: int | N
     exp: Diagnosis = diagnose(window, th)
     samples = [s for _, s in window]
     usage = [s.kv_usage_ratio for s in samples if s.kv_usage_ratio is not None]
-    waiting = [(s.requests_waiting, s.kv_usage_ratio, _kv_blocked(s, admission_tokens, th))
-               for s in samples if s.requests_waiting is not None]
+    waiting = [
+        (s.requests_waiting, s.kv_usage_ratio, _kv_blocked(s, admission_tokens, th))
+        for s in samples
+        if s.requests_waiting is not None
+    ]
     running = [s.requests_running for s in samples if s.requests_running is not None]
     duration = window[-1][0] - window[0][0] if len(window) >= 2 else 0.0
     pre = increase(counter_values(window, "preemptions"))
@@ -133,27 +155,53 @@ def diagnose_window(window: Window, target: str = "", finished_fallback: int | N
     waiting_share = _share([w > 0 for w, _, _ in waiting])
     waiting_low = _share([w > 0 and u is not None and u < th.low_usage and not b for w, u, b in waiting])
     waiting_blocked = _share([w > 0 and b for w, _, b in waiting])
-    persistent = (exp.evidence is not None and exp.evidence.preempting_fraction is not None
-                  and exp.evidence.preempting_fraction > th.preemption_fraction)
+    persistent = (
+        exp.evidence is not None
+        and exp.evidence.preempting_fraction is not None
+        and exp.evidence.preempting_fraction > th.preemption_fraction
+    )
     queueing_on_kv = (waiting_blocked or 0) >= QUEUEING_SHARE
     pressure = level == "act" or persistent or queueing_on_kv
-    not_bottleneck = not pressure and (exp.advice.get("kv_not_bottleneck", False) or (
-        (waiting_share or 0) >= th.waiting_fraction and usage != [] and max(usage) < th.low_usage
-        and level in ("none", "occasional")))
+    not_bottleneck = not pressure and (
+        exp.advice.get("kv_not_bottleneck", False)
+        or (
+            (waiting_share or 0) >= th.waiting_fraction
+            and usage != []
+            and max(usage) < th.low_usage
+            and level in ("none", "occasional")
+        )
+    )
     first = samples[0] if samples else EngineSample(model="", instance="")
     return WindowDiagnosis(
-        target=target, model=first.model, instance=first.instance, points=len(window), duration_s=duration,
-        preemptions=pre, finished=finished, preemptions_per_finished=per_finished, preemptions_per_minute=per_minute,
-        preemption_level=level, saturated_share=saturated, waiting_share=waiting_share,
-        waiting_low_usage_share=waiting_low, waiting_kv_blocked_share=waiting_blocked, max_usage=max(usage) if usage else None, mean_usage=_mean(usage),
-        mean_running=_mean(running), max_running=max(running) if running else None, hit_ratio=hit_ratio(window),
-        kv_pressure=pressure, kv_not_bottleneck=not_bottleneck, exporter_advice=dict(exp.advice),
+        target=target,
+        model=first.model,
+        instance=first.instance,
+        points=len(window),
+        duration_s=duration,
+        preemptions=pre,
+        finished=finished,
+        preemptions_per_finished=per_finished,
+        preemptions_per_minute=per_minute,
+        preemption_level=level,
+        saturated_share=saturated,
+        waiting_share=waiting_share,
+        waiting_low_usage_share=waiting_low,
+        waiting_kv_blocked_share=waiting_blocked,
+        max_usage=max(usage) if usage else None,
+        mean_usage=_mean(usage),
+        mean_running=_mean(running),
+        max_running=max(running) if running else None,
+        hit_ratio=hit_ratio(window),
+        kv_pressure=pressure,
+        kv_not_bottleneck=not_bottleneck,
+        exporter_advice=dict(exp.advice),
         exporter_reasons=dict(exp.reasons),
     )
 
 
-def windows_from_server_frame(server: Any, kv_cache_dtype: str | None = None,
-                              gpu_memory_utilization: float | None = None) -> dict[tuple[str, str, str], list]:
+def windows_from_server_frame(
+    server: Any, kv_cache_dtype: str | None = None, gpu_memory_utilization: float | None = None
+) -> dict[tuple[str, str, str], list]:
     """server.parquet rows -> {(target, model, instance): [(t, EngineSample), ...]}, up rows only.
     A row's own kv_cache_dtype / gpu_memory_utilization (from cache_config_info) win; the
     run's configuration fills them in where the engine does not report them."""
@@ -167,13 +215,18 @@ def windows_from_server_frame(server: Any, kv_cache_dtype: str | None = None,
         values = {}
         for q in QUANTITIES:
             v = row.get(q)
-            values[q] = None if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v) else float(v)
+            values[q] = (
+                None if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v) else float(v)
+            )
         key = (str(row.get("target") or ""), str(row.get("model") or ""), str(row.get("instance") or ""))
         dtype, gmu = row.get("kv_cache_dtype"), row.get("gpu_memory_utilization")
-        sample = EngineSample(model=key[1], instance=key[2],
-                              kv_cache_dtype=dtype if isinstance(dtype, str) and dtype else kv_cache_dtype,
-                              gpu_memory_utilization=gmu if isinstance(gmu, float) and gmu == gmu
-                              else gpu_memory_utilization, **values)
+        sample = EngineSample(
+            model=key[1],
+            instance=key[2],
+            kv_cache_dtype=dtype if isinstance(dtype, str) and dtype else kv_cache_dtype,
+            gpu_memory_utilization=gmu if isinstance(gmu, float) and gmu == gmu else gpu_memory_utilization,
+            **values,
+        )
         out.setdefault(key, []).append((float(row["time_unix"]), sample))
     return out
 

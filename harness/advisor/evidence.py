@@ -108,11 +108,18 @@ def length_evidence(done: pd.DataFrame, max_model_len: int | None) -> LengthEvid
     p999 = float(np.percentile(total, 99.9))
     suggested = round_up_limit(p999)
     return LengthEvidence(
-        requests=len(total), max_model_len=max_model_len, p50_tokens=float(np.percentile(total, 50)),
-        p99_tokens=float(np.percentile(total, 99)), p999_tokens=p999, max_tokens=int(total.max()),
-        prompt_p50_tokens=float(np.percentile(prompt, 50)), prompt_p99_tokens=float(np.percentile(prompt, 99)), output_p99_tokens=float(np.percentile(output, 99)),
+        requests=len(total),
+        max_model_len=max_model_len,
+        p50_tokens=float(np.percentile(total, 50)),
+        p99_tokens=float(np.percentile(total, 99)),
+        p999_tokens=p999,
+        max_tokens=int(total.max()),
+        prompt_p50_tokens=float(np.percentile(prompt, 50)),
+        prompt_p99_tokens=float(np.percentile(prompt, 99)),
+        output_p99_tokens=float(np.percentile(output, 99)),
         max_share_of_limit=float(total.max()) / max_model_len if max_model_len else None,
-        suggested_max_model_len=suggested, over_suggested=int((total > suggested).sum()),
+        suggested_max_model_len=suggested,
+        over_suggested=int((total > suggested).sum()),
     )
 
 
@@ -137,12 +144,17 @@ def observed_hit_ratio(inputs: RunInputs, done: pd.DataFrame) -> float | None:
     for column in ("cached_tokens", "server_cached_prompt_tokens"):
         if column in done.columns and done[column].notna().any():
             prompt = done["prompt_tokens"].astype(float).sum()
-            return float(pd.to_numeric(done[column], errors="coerce").fillna(0).sum() / prompt) if prompt else None
+            return (
+                float(pd.to_numeric(done[column], errors="coerce").fillna(0).sum() / prompt)
+                if prompt
+                else None
+            )
     return None
 
 
-def prefix_evidence(inputs: RunInputs, done: pd.DataFrame
-                    ) -> tuple[PrefixEvidence | None, tuple[Sharing, ...], tuple[int, ...]]:
+def prefix_evidence(
+    inputs: RunInputs, done: pd.DataFrame
+) -> tuple[PrefixEvidence | None, tuple[Sharing, ...], tuple[int, ...]]:
     if done.empty or not has_fingerprints(done):
         return None, (), ()
     shapes = [_shape(h, c) for h, c in zip(done[fp.HASHES_COLUMN], done[fp.CHARS_COLUMN])]
@@ -157,17 +169,28 @@ def prefix_evidence(inputs: RunInputs, done: pd.DataFrame
         identical += _hit_tokens(s.hit_chars * per_char, prompt[i], block)
         near += _hit_tokens(s.near_hit_chars * per_char, prompt[i], block)
         if s.hole_start_chars is not None and s.hole_end_chars is not None:
-            holes.append((s.hole_start_chars, s.hole_end_chars, (s.near_shared_chars - s.shared_chars) * per_char))
+            holes.append(
+                (s.hole_start_chars, s.hole_end_chars, (s.near_shared_chars - s.shared_chars) * per_char)
+            )
 
     def median(k: int) -> float | None:
         return float(np.median([h[k] for h in holes])) if holes else None
 
-    return PrefixEvidence(
-        requests=len(shapes), prompt_tokens=int(prompt.sum()), identical_hit_tokens=identical,
-        near_hit_tokens=max(near, identical), observed_hit_ratio=observed_hit_ratio(inputs, done),
-        near_identical_requests=len(holes), hole_start_chars_p50=median(0), hole_end_chars_p50=median(1),
-        blocked_tokens_p50=median(2),
-    ), sharing, tuple(chars)
+    return (
+        PrefixEvidence(
+            requests=len(shapes),
+            prompt_tokens=int(prompt.sum()),
+            identical_hit_tokens=identical,
+            near_hit_tokens=max(near, identical),
+            observed_hit_ratio=observed_hit_ratio(inputs, done),
+            near_identical_requests=len(holes),
+            hole_start_chars_p50=median(0),
+            hole_end_chars_p50=median(1),
+            blocked_tokens_p50=median(2),
+        ),
+        sharing,
+        tuple(chars),
+    )
 
 
 def _total_chars(done: pd.DataFrame, shapes: list[PromptShape]) -> list[int]:

@@ -38,8 +38,9 @@ class LiveVerdict:
     verified: bool = False
 
 
-def fetch_samples(url: str, window_s: float = DEFAULT_WINDOW_S, timeout_s: float = 10.0,
-                  now: float | None = None) -> dict[str, Any]:
+def fetch_samples(
+    url: str, window_s: float = DEFAULT_WINDOW_S, timeout_s: float = 10.0, now: float | None = None
+) -> dict[str, Any]:
     """GET EXPORTER_URL/api/v1/samples for the last `window_s` seconds."""
     since = (time.time() if now is None else now) - window_s
     full = url.rstrip("/") + "/api/v1/samples?" + urllib.parse.urlencode({"since": f"{since:.3f}"})
@@ -72,26 +73,43 @@ def verdicts_for(d: WindowDiagnosis, window: list) -> list[LiveVerdict]:
         width = _element_bytes(last.kv_cache_dtype)
         if width is None or width > 1:
             factor = f"x{width}" if width else "about x2 from 16-bit"
-            add("quantize_kv_cache", "Quantize the KV cache to fp8",
+            add(
+                "quantize_kv_cache",
+                "Quantize the KV cache to fp8",
                 f"an fp8 cache holds {factor} the tokens in the same memory "
-                f"(now {last.kv_cache_dtype or 'unknown dtype'}); {NEEDS_BUNDLE}", kv_cache_dtype=last.kv_cache_dtype)
-        add("add_memory", "Add KV memory", f"the pool of {last.kv_capacity_blocks or 'unknown'} blocks is too small "
-            f"for this load; {NEEDS_BUNDLE}", kv_capacity_blocks=last.kv_capacity_blocks)
+                f"(now {last.kv_cache_dtype or 'unknown dtype'}); {NEEDS_BUNDLE}",
+                kv_cache_dtype=last.kv_cache_dtype,
+            )
+        add(
+            "add_memory",
+            "Add KV memory",
+            f"the pool of {last.kv_capacity_blocks or 'unknown'} blocks is too small "
+            f"for this load; {NEEDS_BUNDLE}",
+            kv_capacity_blocks=last.kv_capacity_blocks,
+        )
         gmu = last.gpu_memory_utilization
         if gmu is not None and gmu < 0.9:
-            add("raise_memory_utilization", "Raise gpu_memory_utilization to 0.9",
-                f"gpu_memory_utilization is {gmu:g}; more of the GPU for the KV cache", gpu_memory_utilization=gmu)
+            add(
+                "raise_memory_utilization",
+                "Raise gpu_memory_utilization to 0.9",
+                f"gpu_memory_utilization is {gmu:g}; more of the GPU for the KV cache",
+                gpu_memory_utilization=gmu,
+            )
         if d.exporter_advice.get("cut_context"):
             add("cut_context", "Cut max_model_len", d.exporter_reasons["cut_context"] + f"; {NEEDS_BUNDLE}")
     elif d.kv_not_bottleneck:
-        add("kv_not_bottleneck", "The KV cache is not the bottleneck",
+        add(
+            "kv_not_bottleneck",
+            "The KV cache is not the bottleneck",
             f"requests waited in {d.waiting_share or 0:.0%} of the window while KV usage peaked at "
-            f"{d.max_usage or 0:.0%}: look at max_num_seqs, the token budget or compute")
+            f"{d.max_usage or 0:.0%}: look at max_num_seqs, the token budget or compute",
+        )
     return out
 
 
-def live_advice(url: str, window_s: float = DEFAULT_WINDOW_S, payload: dict[str, Any] | None = None
-                ) -> list[tuple[WindowDiagnosis, list[LiveVerdict]]]:
+def live_advice(
+    url: str, window_s: float = DEFAULT_WINDOW_S, payload: dict[str, Any] | None = None
+) -> list[tuple[WindowDiagnosis, list[LiveVerdict]]]:
     """(diagnosis, verdicts) per engine instance the exporter watches."""
     data = fetch_samples(url, window_s) if payload is None else payload
     out = []
@@ -106,8 +124,10 @@ def render_live(results: list[tuple[WindowDiagnosis, list[LiveVerdict]]]) -> str
         return "no samples from any engine in the window (is the exporter scraping a target?)\n"
     lines = []
     for d, verdicts in results:
-        lines.append(f"{d.target} model={d.model} instance={d.instance}: {d.points} samples over {d.duration_s:.0f} s, "
-                     f"preemption level {d.preemption_level}, KV pressure {'yes' if d.kv_pressure else 'no'}")
+        lines.append(
+            f"{d.target} model={d.model} instance={d.instance}: {d.points} samples over {d.duration_s:.0f} s, "
+            f"preemption level {d.preemption_level}, KV pressure {'yes' if d.kv_pressure else 'no'}"
+        )
         if not verdicts:
             lines.append("  no change advised")
         for v in verdicts:

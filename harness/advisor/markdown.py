@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-_METRICS = (("preemptions", "preemptions", "{:,.0f}", ""), ("ttft_p99_s", "TTFT p99", "{:.3g}", " s"),
-            ("output_tokens_per_s", "output", "{:,.0f}", " tok/s"), ("completed", "completed", "{:,.0f}", ""))
+_METRICS = (
+    ("preemptions", "preemptions", "{:,.0f}", ""),
+    ("ttft_p99_s", "TTFT p99", "{:.3g}", " s"),
+    ("output_tokens_per_s", "output", "{:,.0f}", " tok/s"),
+    ("completed", "completed", "{:,.0f}", ""),
+)
 
 
 def _fmt(value: Any, pattern: str) -> str:
@@ -24,7 +28,9 @@ def _fmt(value: Any, pattern: str) -> str:
 
 def replay_line(replay: dict[str, Any]) -> str:
     base, changed = replay.get("baseline") or {}, replay.get("changed") or {}
-    parts = [f"{label} {_fmt(base.get(k), p)} -> {_fmt(changed.get(k), p)}{unit}" for k, label, p, unit in _METRICS]
+    parts = [
+        f"{label} {_fmt(base.get(k), p)} -> {_fmt(changed.get(k), p)}{unit}" for k, label, p, unit in _METRICS
+    ]
     return "; ".join(parts)
 
 
@@ -33,8 +39,13 @@ def _evidence(ev: dict[str, Any]) -> str:
     for k, v in ev.items():
         if v is None or isinstance(v, (list, dict)):
             continue
-        items.append(f"{k}={v:,.4g}" if isinstance(v, float) else f"{k}={v:,}" if isinstance(v, int) and not
-                     isinstance(v, bool) else f"{k}={v}")
+        items.append(
+            f"{k}={v:,.4g}"
+            if isinstance(v, float)
+            else f"{k}={v:,}"
+            if isinstance(v, int) and not isinstance(v, bool)
+            else f"{k}={v}"
+        )
     return ", ".join(items)
 
 
@@ -44,12 +55,14 @@ def render(advice: dict[str, Any], heading: str = "## Advice") -> str:
     verdicts = advice.get("verdicts") or []
     diag = advice.get("diagnosis") or {}
     if diag:
-        lines.append(f"KV pressure: **{'yes' if diag.get('kv_pressure') else 'no'}** (preemption level "
-                     f"{diag.get('preemption_level')}, {_fmt(diag.get('preemptions_per_finished'), '{:.3g}')} "
-                     f"preemptions per finished request, {_fmt(diag.get('preemptions_per_minute'), '{:.3g}')} per "
-                     f"minute; KV saturated {_fmt(diag.get('saturated_share'), '{:.0%}')} of the time; requests "
-                     f"waiting {_fmt(diag.get('waiting_share'), '{:.0%}')} of the time, "
-                     f"{_fmt(diag.get('waiting_kv_blocked_share'), '{:.0%}')} for want of free KV blocks).")
+        lines.append(
+            f"KV pressure: **{'yes' if diag.get('kv_pressure') else 'no'}** (preemption level "
+            f"{diag.get('preemption_level')}, {_fmt(diag.get('preemptions_per_finished'), '{:.3g}')} "
+            f"preemptions per finished request, {_fmt(diag.get('preemptions_per_minute'), '{:.3g}')} per "
+            f"minute; KV saturated {_fmt(diag.get('saturated_share'), '{:.0%}')} of the time; requests "
+            f"waiting {_fmt(diag.get('waiting_share'), '{:.0%}')} of the time, "
+            f"{_fmt(diag.get('waiting_kv_blocked_share'), '{:.0%}')} for want of free KV blocks)."
+        )
         lines.append("")
     if not verdicts:
         lines += ["No change advised: the KV cache is not under pressure in this run.", ""]
@@ -61,18 +74,31 @@ def render(advice: dict[str, Any], heading: str = "## Advice") -> str:
         lines.append(f"   - Effect: {v['effect']}")
         replay = v.get("replay")
         if replay:
-            lines.append(f"   - Replay of `{replay['change'].get('label')}`, {replay.get('why')}: {replay_line(replay)}")
+            lines.append(
+                f"   - Replay of `{replay['change'].get('label')}`, {replay.get('why')}: {replay_line(replay)}"
+            )
         for alt in v.get("alternatives") or []:
-            lines.append(f"   - Also replayed `{alt['change'].get('label')}`, {alt.get('why')}: {replay_line(alt)}")
+            lines.append(
+                f"   - Also replayed `{alt['change'].get('label')}`, {alt.get('why')}: {replay_line(alt)}"
+            )
         lines.append(f"   - Evidence: {_evidence(v.get('evidence') or {})}")
         options = (v.get("evidence") or {}).get("options")
         if options:
-            lines.append("   - Options: " + "; ".join(
-                f"{o['option']} ({o['gpus']} GPUs, {o['total_memory_gib']} GiB)" if o.get("total_memory_gib")
-                else o["option"] for o in options))
+            lines.append(
+                "   - Options: "
+                + "; ".join(
+                    f"{o['option']} ({o['gpus']} GPUs, {o['total_memory_gib']} GiB)"
+                    if o.get("total_memory_gib")
+                    else o["option"]
+                    for o in options
+                )
+            )
     notes = advice.get("notes") or []
     if notes:
         lines += ["", "Also checked:"] + [f"- {n}" for n in notes]
     if advice.get("time_axis"):
-        lines += ["", f"Replays run the run's own requests on the simulator; time axis {advice['time_axis']}."]
+        lines += [
+            "",
+            f"Replays run the run's own requests on the simulator; time axis {advice['time_axis']}.",
+        ]
     return "\n".join(lines) + "\n"

@@ -145,8 +145,18 @@ def analyse(shapes: Sequence[PromptShape]) -> list[Sharing]:
         tail_chars = offsets[start + t_any] - offsets[start]
         tail_hit = offsets[start + t_earlier] - offsets[start] if t_earlier >= MIN_TAIL_CHUNKS else 0
         near_group = _near_group_id(group, tail_streams[node])
-        out.append(Sharing(shared, hit, shared + tail_chars, hit + tail_hit, offsets[any_depth], offsets[start],
-                           group, near_group))
+        out.append(
+            Sharing(
+                shared,
+                hit,
+                shared + tail_chars,
+                hit + tail_hit,
+                offsets[any_depth],
+                offsets[start],
+                group,
+                near_group,
+            )
+        )
     return _renumber(out)
 
 
@@ -171,5 +181,16 @@ def _renumber(rows: list[Sharing]) -> list[Sharing]:
 
     for r in rows:
         dense(r.group)
-    return [Sharing(r.shared_chars, r.hit_chars, r.near_shared_chars, r.near_hit_chars, r.hole_start_chars,
-                    r.hole_end_chars, dense(r.group), dense(r.near_group)) for r in rows]
+    return [
+        Sharing(
+            r.shared_chars,
+            r.hit_chars,
+            r.near_shared_chars,
+            r.near_hit_chars,
+            r.hole_start_chars,
+            r.hole_end_chars,
+            dense(r.group),
+            dense(r.near_group),
+        )
+        for r in rows
+    ]

@@ -113,16 +113,19 @@ def load(directory: str | Path) -> RunInputs:
         raise AdvisorError(f"{d} is not a complete results bundle: missing {', '.join(missing)}")
     run = _read_json(d / "run.json")
     requests, server = _read_parquet(d / "requests.parquet"), _read_parquet(d / "server.parquet")
-    for frame, name, needed in ((requests, "requests.parquet", ("send_time_unix", "prompt_tokens", "output_tokens")),
-                                (server, "server.parquet", ("time_unix",))):
+    for frame, name, needed in (
+        (requests, "requests.parquet", ("send_time_unix", "prompt_tokens", "output_tokens")),
+        (server, "server.parquet", ("time_unix",)),
+    ):
         absent = [c for c in needed if c not in frame.columns]
         if absent:
             raise AdvisorError(f"{d / name} lacks column(s) {', '.join(absent)}")
     return from_frames(run, requests, server, d)
 
 
-def from_frames(run: dict[str, Any], requests: pd.DataFrame, server: pd.DataFrame,
-                path: Path | None = None) -> RunInputs:
+def from_frames(
+    run: dict[str, Any], requests: pd.DataFrame, server: pd.DataFrame, path: Path | None = None
+) -> RunInputs:
     if "phase" in requests.columns:
         requests = requests[requests["phase"].fillna("measure") == "measure"]
     requests = requests.sort_values("send_time_unix", kind="stable").reset_index(drop=True)
@@ -135,7 +138,7 @@ def _engine_argv(run: dict[str, Any]) -> list[str]:
     else the recorded engine flags."""
     command = (run.get("commands") or {}).get("engine") if isinstance(run.get("commands"), dict) else None
     if isinstance(command, list) and "serve" in command and all(isinstance(a, str) for a in command):
-        return command[command.index("serve") + 1:]
+        return command[command.index("serve") + 1 :]
     config = run.get("config") if isinstance(run.get("config"), dict) else {}
     argv = run.get("engine_argv", config.get("engine_argv")) or []
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
@@ -198,12 +201,17 @@ def deployment(run: dict[str, Any], server: pd.DataFrame) -> Deployment:
     from reference_engine.cli import config_from_args
 
     config_section = run.get("config") if isinstance(run.get("config"), dict) else {}
-    bundled = bool(run["bundled_engine"]) if "bundled_engine" in run else not (run.get("target") or
-                                                                               config_section.get("target"))
+    bundled = (
+        bool(run["bundled_engine"])
+        if "bundled_engine" in run
+        else not (run.get("target") or config_section.get("target"))
+    )
     model_flag = run.get("model") or config_section.get("model")
     args = _parse_serve_flags(model_flag if bundled else None, _engine_argv(run) if bundled else [])
     config = config_from_args(args)
-    overrides = {f.name: v for f in fields(EngineConfig) if (v := (run.get("engine") or {}).get(f.name)) is not None}
+    overrides = {
+        f.name: v for f in fields(EngineConfig) if (v := (run.get("engine") or {}).get(f.name)) is not None
+    }
     config = replace(config, **overrides) if overrides else config
     sim = dict(run.get("simulation") or {})
     simulated = bool(sim) or bool(getattr(args, "simulate", False))
@@ -227,7 +235,10 @@ def deployment(run: dict[str, Any], server: pd.DataFrame) -> Deployment:
     if bundled and num_blocks is None and not simulated and config.kv_cache_memory is None:
         num_blocks = config.default_num_blocks
     if not bundled:  # what the server itself reports (vLLM's cache_config_info) is all there is
-        dtype, reported_gmu = _last_value(server, "kv_cache_dtype"), _last_value(server, "gpu_memory_utilization")
+        dtype, reported_gmu = (
+            _last_value(server, "kv_cache_dtype"),
+            _last_value(server, "gpu_memory_utilization"),
+        )
         if isinstance(dtype, str) and dtype:
             config = replace(config, kv_cache_dtype=_catalogue_kv_dtype(dtype))  # type: ignore[arg-type]
         if isinstance(reported_gmu, float) and 0 < reported_gmu <= 1:
@@ -238,9 +249,17 @@ def deployment(run: dict[str, Any], server: pd.DataFrame) -> Deployment:
     return Deployment(config, bundled, simulated, model, gpu, tp, gmu, weight_dtype, num_blocks, max_len)
 
 
-def with_target_spec(dep: Deployment, *, model: str | None = None, gpu: str | None = None, tp: int | None = None,
-                     gpu_memory_utilization: float | None = None, kv_cache_dtype: str | None = None,
-                     max_model_len: int | None = None, max_num_seqs: int | None = None) -> Deployment:
+def with_target_spec(
+    dep: Deployment,
+    *,
+    model: str | None = None,
+    gpu: str | None = None,
+    tp: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    kv_cache_dtype: str | None = None,
+    max_model_len: int | None = None,
+    max_num_seqs: int | None = None,
+) -> Deployment:
     """The deployment with what the operator told `kvscope advise` about a --target server
     (or a correction for a bundled one). Unknown names raise AdvisorError."""
     try:
@@ -257,6 +276,12 @@ def with_target_spec(dep: Deployment, *, model: str | None = None, gpu: str | No
         config = replace(config, max_num_seqs=max_num_seqs)
     if max_model_len:
         config = replace(config, max_model_len=max_model_len)
-    return replace(dep, engine=config, model=model, gpu=gpu, tp=tp or dep.tp,
-                   gpu_memory_utilization=gpu_memory_utilization or dep.gpu_memory_utilization,
-                   max_model_len=max_model_len or dep.max_model_len)
+    return replace(
+        dep,
+        engine=config,
+        model=model,
+        gpu=gpu,
+        tp=tp or dep.tp,
+        gpu_memory_utilization=gpu_memory_utilization or dep.gpu_memory_utilization,
+        max_model_len=max_model_len or dep.max_model_len,
+    )

@@ -57,7 +57,9 @@ def kv_bytes_for_context(model: ModelSpec, context_tokens: int, kv_dtype: str = 
     return model.kv_bytes_for_tokens(context_tokens, kv_dtype_bytes(kv_dtype), tp)
 
 
-def kv_bytes_per_token_at(model: ModelSpec, context_tokens: int, kv_dtype: str = "auto", tp: int = 1) -> float:
+def kv_bytes_per_token_at(
+    model: ModelSpec, context_tokens: int, kv_dtype: str = "auto", tp: int = 1
+) -> float:
     """Average bytes per token at context C: equals the full figure unless layers slide."""
     return kv_bytes_for_context(model, context_tokens, kv_dtype, tp) / context_tokens
 
@@ -97,8 +99,13 @@ def kv_budget_bytes(
 
 
 def gpu_kv_budget_bytes(
-    model: ModelSpec, gpu: GPUSpec, *, tp: int = 1, weight_dtype: str = "auto",
-    utilisation: float = DEFAULT_GPU_MEMORY_UTILIZATION, overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
+    model: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    tp: int = 1,
+    weight_dtype: str = "auto",
+    utilisation: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
 ) -> int:  # kv_budget_bytes for a catalogue model on a catalogue GPU
     weights = weight_bytes_per_gpu(model, weight_dtype, tp)
     if weights >= gpu.memory_bytes:
@@ -109,7 +116,9 @@ def gpu_kv_budget_bytes(
     return kv_budget_bytes(gpu.memory_bytes, weights, utilisation=utilisation, overhead_bytes=overhead_bytes)
 
 
-def block_bytes(model: ModelSpec, kv_dtype: str = "auto", tp: int = 1, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+def block_bytes(
+    model: ModelSpec, kv_dtype: str = "auto", tp: int = 1, block_size: int = DEFAULT_BLOCK_SIZE
+) -> int:
     """One block of `block_size` tokens across every layer on one GPU (vLLM's page x layers)."""
     _positive("block size", block_size)
     return block_size * kv_bytes_per_token_per_gpu(model, kv_dtype, tp)
@@ -150,7 +159,11 @@ def idle_share(reserved_bytes: int, used_bytes: int) -> float:
 
 
 def max_model_len_that_fits(
-    model: ModelSpec, budget_bytes: int, kv_dtype: str = "auto", tp: int = 1, block_size: int = DEFAULT_BLOCK_SIZE
+    model: ModelSpec,
+    budget_bytes: int,
+    kv_dtype: str = "auto",
+    tp: int = 1,
+    block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> int:
     """Longest request one GPU's pool can hold (vLLM's 'estimated maximum model length')."""
     lo, hi = 0, model.max_context
@@ -187,7 +200,9 @@ class PrefixSharing:
         return (self.requests - 1) * self.blocks_shared
 
 
-def prefix_sharing(prefix_tokens: int, requests: int, bytes_per_token: int, block_size: int = DEFAULT_BLOCK_SIZE) -> PrefixSharing:
+def prefix_sharing(
+    prefix_tokens: int, requests: int, bytes_per_token: int, block_size: int = DEFAULT_BLOCK_SIZE
+) -> PrefixSharing:
     """Memory for a shared prefix: separate copies R x P x b, shared full blocks held once."""
     _positive("shared prefix tokens", prefix_tokens)
     _positive("sharing requests", requests)
@@ -195,7 +210,10 @@ def prefix_sharing(prefix_tokens: int, requests: int, bytes_per_token: int, bloc
     shared_blocks = prefix_tokens // block_size
     tail = prefix_tokens - shared_blocks * block_size
     return PrefixSharing(
-        prefix_tokens=prefix_tokens, requests=requests, block_size=block_size, blocks_shared=shared_blocks,
+        prefix_tokens=prefix_tokens,
+        requests=requests,
+        block_size=block_size,
+        blocks_shared=shared_blocks,
         bytes_separate=requests * prefix_tokens * bytes_per_token,
         bytes_shared=(shared_blocks * block_size + requests * tail) * bytes_per_token,
     )
@@ -247,10 +265,20 @@ class SizingPlan:
 
 
 def plan(
-    model: ModelSpec, gpu: GPUSpec, *, tp: int = 1, kv_dtype: str = "auto", weight_dtype: str = "auto",
-    utilisation: float = DEFAULT_GPU_MEMORY_UTILIZATION, overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
-    kv_budget: int | None = None, max_model_len: int | None = None, context_tokens: int | None = None,
-    concurrency: int | None = None, shared_prefix_tokens: int | None = None, sharing_requests: int | None = None,
+    model: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    tp: int = 1,
+    kv_dtype: str = "auto",
+    weight_dtype: str = "auto",
+    utilisation: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
+    kv_budget: int | None = None,
+    max_model_len: int | None = None,
+    context_tokens: int | None = None,
+    concurrency: int | None = None,
+    shared_prefix_tokens: int | None = None,
+    sharing_requests: int | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> SizingPlan:
     """Everything `kvscope size` shows. A given kv_budget replaces the computed one, as
@@ -259,15 +287,23 @@ def plan(
     max_len = model.max_context if max_model_len is None else max_model_len
     _positive("max model len", max_len)
     if max_len > model.max_context:
-        raise SizingError(f"max model len {max_len:,} exceeds {model.name}'s context of {model.max_context:,} tokens")
+        raise SizingError(
+            f"max model len {max_len:,} exceeds {model.name}'s context of {model.max_context:,} tokens"
+        )
     context = min(2048, max_len) if context_tokens is None else context_tokens
     _positive("context tokens", context)
     if context > max_len:
         raise SizingError(f"context tokens {context:,} exceed max model len {max_len:,}")
     weights = weight_bytes_per_gpu(model, weight_dtype, tp)
     if kv_budget is None:
-        budget = gpu_kv_budget_bytes(model, gpu, tp=tp, weight_dtype=weight_dtype, utilisation=utilisation,
-                                     overhead_bytes=overhead_bytes)
+        budget = gpu_kv_budget_bytes(
+            model,
+            gpu,
+            tp=tp,
+            weight_dtype=weight_dtype,
+            utilisation=utilisation,
+            overhead_bytes=overhead_bytes,
+        )
     else:
         _positive("KV budget bytes", kv_budget)
         budget = kv_budget
@@ -282,27 +318,51 @@ def plan(
         if requests is None:
             raise SizingError("a shared prefix needs --sharing-requests (or --concurrency)")
         if shared_prefix_tokens > context:
-            raise SizingError(f"shared prefix ({shared_prefix_tokens:,}) is longer than the context ({context:,})")
-        prefix = prefix_sharing(shared_prefix_tokens, requests, kv_bytes_per_token_per_gpu(model, kv_dtype, tp), block_size)
+            raise SizingError(
+                f"shared prefix ({shared_prefix_tokens:,}) is longer than the context ({context:,})"
+            )
+        prefix = prefix_sharing(
+            shared_prefix_tokens, requests, kv_bytes_per_token_per_gpu(model, kv_dtype, tp), block_size
+        )
     if concurrency is not None:
         _positive("concurrency", concurrency)
     pool = blocks * per_block  # a paged allocator can only hand out whole blocks
     fit_contiguous, fit_paged = budget // reserved, pool // paged
     return SizingPlan(
-        model=model.name, gpu=gpu.name, tp=tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype, block_size=block_size,
-        utilisation=utilisation, kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
-        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, kv_dtype, tp), gpu_memory_bytes=gpu.memory_bytes,
-        weight_bytes_per_gpu=weights, overhead_bytes=overhead_bytes, kv_budget_bytes=budget,
-        budget_given=kv_budget is not None, block_bytes=per_block, num_blocks=blocks, token_capacity=blocks * block_size,
-        max_model_len=max_len, context_tokens=context, reserved_bytes_per_request=reserved, used_bytes_per_request=used,
-        paged_bytes_per_request=paged, idle_share=idle_share(reserved, used),
-        blocks_per_request=blocks_for_tokens(context, block_size), last_block_slack=last_block_slack(context, block_size),
-        max_last_block_slack=block_size - 1, fit_contiguous=fit_contiguous, fit_paged=fit_paged,
+        model=model.name,
+        gpu=gpu.name,
+        tp=tp,
+        kv_dtype=kv_dtype,
+        weight_dtype=weight_dtype,
+        block_size=block_size,
+        utilisation=utilisation,
+        kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
+        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(model, kv_dtype, tp),
+        gpu_memory_bytes=gpu.memory_bytes,
+        weight_bytes_per_gpu=weights,
+        overhead_bytes=overhead_bytes,
+        kv_budget_bytes=budget,
+        budget_given=kv_budget is not None,
+        block_bytes=per_block,
+        num_blocks=blocks,
+        token_capacity=blocks * block_size,
+        max_model_len=max_len,
+        context_tokens=context,
+        reserved_bytes_per_request=reserved,
+        used_bytes_per_request=used,
+        paged_bytes_per_request=paged,
+        idle_share=idle_share(reserved, used),
+        blocks_per_request=blocks_for_tokens(context, block_size),
+        last_block_slack=last_block_slack(context, block_size),
+        max_last_block_slack=block_size - 1,
+        fit_contiguous=fit_contiguous,
+        fit_paged=fit_paged,
         vllm_max_concurrency=pool / paged_request_bytes(model, max_len, kv_dtype, tp, block_size),
         max_model_len_that_fits=max_model_len_that_fits(model, pool, kv_dtype, tp, block_size),
         concurrency=concurrency,
         fits_contiguous=None if concurrency is None else fit_contiguous >= concurrency,
-        fits_paged=None if concurrency is None else fit_paged >= concurrency, prefix=prefix,
+        fits_paged=None if concurrency is None else fit_paged >= concurrency,
+        prefix=prefix,
     )
 
 

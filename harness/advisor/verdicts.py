@@ -63,8 +63,16 @@ class RuleOutcome:
 
 
 def _pressure_evidence(d: WindowDiagnosis) -> dict[str, Any]:
-    keys = ("preemptions", "preemptions_per_finished", "preemptions_per_minute", "saturated_share", "waiting_share",
-            "waiting_kv_blocked_share", "max_usage", "mean_running")
+    keys = (
+        "preemptions",
+        "preemptions_per_finished",
+        "preemptions_per_minute",
+        "saturated_share",
+        "waiting_share",
+        "waiting_kv_blocked_share",
+        "max_usage",
+        "mean_running",
+    )
     n = d.numbers()
     return {"preemption_level": d.preemption_level, **{k: n[k] for k in keys}}
 
@@ -76,50 +84,101 @@ def quantize(dep: Deployment, d: WindowDiagnosis, demand: int | None) -> Proposa
     if base is None or after is None or after <= base:
         return None
     bs = dep.engine.block_size
-    ev = {**_pressure_evidence(d), "kv_cache_dtype": dep.kv_dtype, "bytes_per_element": dep.kv_element_bytes,
-          "kv_bytes_per_token_per_gpu": capacity.kv_bytes_per_token(dep),
-          "kv_bytes_per_token_per_gpu_fp8": capacity.kv_bytes_per_token(dep, "fp8"),
-          "pool_blocks": base, "demand_blocks": demand}
-    proj = {"pool_blocks": after, "pool_tokens": (after - 1) * bs, "capacity_factor": round(after / base, 3),
-            "covers_demand": None if demand is None else after >= demand}
-    effect = (f"the same memory holds {after:,} blocks instead of {base:,} (x{after / base:.2f}, "
-              f"{dep.kv_element_bytes} -> 1 byte per element); accuracy needs checking on the model "
-              "(calibrated scales, per vLLM's quantized KV docs)")
-    return Proposal("quantize_kv_cache", "Quantize the KV cache to fp8", ev, proj, effect,
-                    Change("kv_cache_dtype=fp8", kv_cache_dtype="fp8", num_blocks=after))
+    ev = {
+        **_pressure_evidence(d),
+        "kv_cache_dtype": dep.kv_dtype,
+        "bytes_per_element": dep.kv_element_bytes,
+        "kv_bytes_per_token_per_gpu": capacity.kv_bytes_per_token(dep),
+        "kv_bytes_per_token_per_gpu_fp8": capacity.kv_bytes_per_token(dep, "fp8"),
+        "pool_blocks": base,
+        "demand_blocks": demand,
+    }
+    proj = {
+        "pool_blocks": after,
+        "pool_tokens": (after - 1) * bs,
+        "capacity_factor": round(after / base, 3),
+        "covers_demand": None if demand is None else after >= demand,
+    }
+    effect = (
+        f"the same memory holds {after:,} blocks instead of {base:,} (x{after / base:.2f}, "
+        f"{dep.kv_element_bytes} -> 1 byte per element); accuracy needs checking on the model "
+        "(calibrated scales, per vLLM's quantized KV docs)"
+    )
+    return Proposal(
+        "quantize_kv_cache",
+        "Quantize the KV cache to fp8",
+        ev,
+        proj,
+        effect,
+        Change("kv_cache_dtype=fp8", kv_cache_dtype="fp8", num_blocks=after),
+    )
 
 
-def add_memory(dep: Deployment, d: WindowDiagnosis, demand: int | None, arithmetic_demand: int | None,
-               notes: list[str], measured: bool = True) -> Proposal | None:
+def add_memory(
+    dep: Deployment,
+    d: WindowDiagnosis,
+    demand: int | None,
+    arithmetic_demand: int | None,
+    notes: list[str],
+    measured: bool = True,
+) -> Proposal | None:
     base = capacity.base_blocks(dep) or 0
     if demand is None:
         notes.append("add_memory: not sized: no replay and no running/waiting samples to estimate the demand")
         return None
     if demand < base:
-        notes.append(f"add_memory: not advised: the replayed trace peaks at {demand:,} blocks, within the run's "
-                     f"{base:,}; the pressure comes from load the bundle does not record")
+        notes.append(
+            f"add_memory: not advised: the replayed trace peaks at {demand:,} blocks, within the run's "
+            f"{base:,}; the pressure comes from load the bundle does not record"
+        )
         return None
     options = capacity.memory_options(dep, demand)
     if not options:
         return None
     best = options[0]
-    ev = {**_pressure_evidence(d), "pool_blocks": base, "demand_blocks": demand,
-          "demand_source": "replay on a pool that never runs out" if measured else "peak requests x p99 length",
-          "demand_tokens": demand * dep.engine.block_size, "upper_bound_blocks_peak_requests_x_p99": arithmetic_demand,
-          "options": [{"option": o.label, "gpus": o.gpus, "pool_blocks_per_replica": o.num_blocks,
-                       "total_memory_gib": o.total_memory_gib} for o in options]}
-    proj = {"option": best.label, "pool_blocks": best.num_blocks, "replicas": best.replicas, "gpus": best.gpus,
-            "capacity_factor": round(best.num_blocks * best.replicas / base, 3) if base else None}
+    ev = {
+        **_pressure_evidence(d),
+        "pool_blocks": base,
+        "demand_blocks": demand,
+        "demand_source": "replay on a pool that never runs out" if measured else "peak requests x p99 length",
+        "demand_tokens": demand * dep.engine.block_size,
+        "upper_bound_blocks_peak_requests_x_p99": arithmetic_demand,
+        "options": [
+            {
+                "option": o.label,
+                "gpus": o.gpus,
+                "pool_blocks_per_replica": o.num_blocks,
+                "total_memory_gib": o.total_memory_gib,
+            }
+            for o in options
+        ],
+    }
+    proj = {
+        "option": best.label,
+        "pool_blocks": best.num_blocks,
+        "replicas": best.replicas,
+        "gpus": best.gpus,
+        "capacity_factor": round(best.num_blocks * best.replicas / base, 3) if base else None,
+    }
     per_token = capacity.kv_bytes_per_token(dep)
-    extra = f", {(best.num_blocks - base) * dep.engine.block_size * per_token / (1 << 20):,.0f} MiB more KV" \
-        if best.kind == "num_blocks" and per_token else ""
+    extra = (
+        f", {(best.num_blocks - base) * dep.engine.block_size * per_token / (1 << 20):,.0f} MiB more KV"
+        if best.kind == "num_blocks" and per_token
+        else ""
+    )
     total = best.num_blocks * best.replicas
-    effect = (f"{best.label}: {total:,} blocks (x{total / base:.2f}{extra}) for the "
-              f"{'measured' if measured else 'estimated (upper bound)'} peak demand of {demand:,} blocks, where the "
-              f"run had {base:,}")
-    change = Change(f"add memory: {best.label}", gpu=best.gpu if best.kind == "larger_gpu" else None,
-                    tp=best.tp if best.kind == "tensor_parallel" else None, num_blocks=best.num_blocks,
-                    replicas=best.replicas)
+    effect = (
+        f"{best.label}: {total:,} blocks (x{total / base:.2f}{extra}) for the "
+        f"{'measured' if measured else 'estimated (upper bound)'} peak demand of {demand:,} blocks, where the "
+        f"run had {base:,}"
+    )
+    change = Change(
+        f"add memory: {best.label}",
+        gpu=best.gpu if best.kind == "larger_gpu" else None,
+        tp=best.tp if best.kind == "tensor_parallel" else None,
+        num_blocks=best.num_blocks,
+        replicas=best.replicas,
+    )
     return Proposal("add_memory", f"Add KV memory: {best.label}", ev, proj, effect, change)
 
 
@@ -133,105 +192,187 @@ def raise_utilisation(dep: Deployment, d: WindowDiagnosis) -> Proposal | None:
     ev = {**_pressure_evidence(d), "gpu_memory_utilization": gmu, "pool_blocks": base}
     proj = {"gpu_memory_utilization": target, "pool_blocks": after, "capacity_factor": round(after / base, 3)}
     effect = f"gpu_memory_utilization {gmu:g} -> {target:g}: {base:,} -> {after:,} blocks"
-    return Proposal("raise_memory_utilization", f"Raise gpu_memory_utilization to {target:g}", ev, proj, effect,
-                    Change(f"gpu_memory_utilization={target:g}", gpu_memory_utilization=target, num_blocks=after))
+    return Proposal(
+        "raise_memory_utilization",
+        f"Raise gpu_memory_utilization to {target:g}",
+        ev,
+        proj,
+        effect,
+        Change(f"gpu_memory_utilization={target:g}", gpu_memory_utilization=target, num_blocks=after),
+    )
 
 
-def cut_context(dep: Deployment, d: WindowDiagnosis, work: WorkloadEvidence, notes: list[str]) -> Proposal | None:
+def cut_context(
+    dep: Deployment, d: WindowDiagnosis, work: WorkloadEvidence, notes: list[str]
+) -> Proposal | None:
     lengths, limit = work.lengths, dep.max_model_len
     if lengths is None or not limit:
         return None
     cut, bs = lengths.suggested_max_model_len, dep.engine.block_size
     if cut > CUT_CONTEXT_MAX_SHARE * limit:
-        notes.append(f"cut_context: not advised: p99.9 of prompt + output is {lengths.p999_tokens:,.0f} tokens, "
-                     f"the limit {limit:,} is not even twice the {cut:,} a cut could go to")
+        notes.append(
+            f"cut_context: not advised: p99.9 of prompt + output is {lengths.p999_tokens:,.0f} tokens, "
+            f"the limit {limit:,} is not even twice the {cut:,} a cut could go to"
+        )
         return None
     contiguous = dep.engine.allocator.startswith("contiguous")
     if not contiguous and lengths.over_suggested == 0:
-        notes.append(f"cut_context: not advised: every request fit in {cut:,} tokens (longest "
-                     f"{lengths.max_tokens:,} of max_model_len {limit:,}), and a paged pool does not grow when "
-                     "max_model_len drops; it only bounds one request's blocks")
+        notes.append(
+            f"cut_context: not advised: every request fit in {cut:,} tokens (longest "
+            f"{lengths.max_tokens:,} of max_model_len {limit:,}), and a paged pool does not grow when "
+            "max_model_len drops; it only bounds one request's blocks"
+        )
         return None
     pool = capacity.base_blocks(dep) or 0
     per_req_before, per_req_after = blocks_for_tokens(limit, bs), blocks_for_tokens(cut, bs)
-    ev = {**_pressure_evidence(d), "max_model_len": limit, "p50_tokens": lengths.p50_tokens,
-          "p99_tokens": lengths.p99_tokens, "p999_tokens": lengths.p999_tokens, "max_tokens": lengths.max_tokens,
-          "max_share_of_limit": lengths.max_share_of_limit, "allocator": dep.engine.allocator, "pool_blocks": pool}
-    proj = {"max_model_len": cut, "requests_over_cut": lengths.over_suggested,
-            "concurrency_at_limit_before": (pool - 1) // per_req_before,
-            "concurrency_at_limit_after": (pool - 1) // per_req_after}
-    how = ("each request reserves max_model_len up front" if contiguous
-           else f"{lengths.over_suggested} request(s) longer than the cut would be refused or truncated")
-    effect = (f"max_model_len {limit:,} -> {cut:,} (p99.9 {lengths.p999_tokens:,.0f} rounded up): requests of the full "
-              f"length that fit at once go {proj['concurrency_at_limit_before']:,} -> {proj['concurrency_at_limit_after']:,}; {how}")
-    return Proposal("cut_context", f"Cut max_model_len to {cut:,}", ev, proj, effect,
-                    Change(f"max_model_len={cut}", max_model_len=cut))
+    ev = {
+        **_pressure_evidence(d),
+        "max_model_len": limit,
+        "p50_tokens": lengths.p50_tokens,
+        "p99_tokens": lengths.p99_tokens,
+        "p999_tokens": lengths.p999_tokens,
+        "max_tokens": lengths.max_tokens,
+        "max_share_of_limit": lengths.max_share_of_limit,
+        "allocator": dep.engine.allocator,
+        "pool_blocks": pool,
+    }
+    proj = {
+        "max_model_len": cut,
+        "requests_over_cut": lengths.over_suggested,
+        "concurrency_at_limit_before": (pool - 1) // per_req_before,
+        "concurrency_at_limit_after": (pool - 1) // per_req_after,
+    }
+    how = (
+        "each request reserves max_model_len up front"
+        if contiguous
+        else f"{lengths.over_suggested} request(s) longer than the cut would be refused or truncated"
+    )
+    effect = (
+        f"max_model_len {limit:,} -> {cut:,} (p99.9 {lengths.p999_tokens:,.0f} rounded up): requests of the full "
+        f"length that fit at once go {proj['concurrency_at_limit_before']:,} -> {proj['concurrency_at_limit_after']:,}; {how}"
+    )
+    return Proposal(
+        "cut_context",
+        f"Cut max_model_len to {cut:,}",
+        ev,
+        proj,
+        effect,
+        Change(f"max_model_len={cut}", max_model_len=cut),
+    )
 
 
 def not_bottleneck(dep: Deployment, d: WindowDiagnosis) -> Proposal:
     base = capacity.base_blocks(dep)
     seqs = dep.engine.max_num_seqs
-    ev = {"waiting_share": d.numbers()["waiting_share"], "waiting_low_usage_share": d.numbers()["waiting_low_usage_share"],
-          "max_usage": d.numbers()["max_usage"], "mean_running": d.numbers()["mean_running"],
-          "max_running": d.max_running, "max_num_seqs": seqs,
-          "max_num_batched_tokens": dep.engine.max_num_batched_tokens, "preemption_level": d.preemption_level}
+    ev = {
+        "waiting_share": d.numbers()["waiting_share"],
+        "waiting_low_usage_share": d.numbers()["waiting_low_usage_share"],
+        "max_usage": d.numbers()["max_usage"],
+        "mean_running": d.numbers()["mean_running"],
+        "max_running": d.max_running,
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": dep.engine.max_num_batched_tokens,
+        "preemption_level": d.preemption_level,
+    }
     limited = d.max_running is not None and d.max_running >= seqs
-    where = (f"the running batch sits at max_num_seqs={seqs}" if limited
-             else "compute or the per-step token budget limit admission")
-    effect = (f"requests waited in {_pct(d.waiting_share)} of the run while KV usage peaked at "
-              f"{_pct(d.max_usage)}: more KV memory will not help; {where}")
+    where = (
+        f"the running batch sits at max_num_seqs={seqs}"
+        if limited
+        else "compute or the per-step token budget limit admission"
+    )
+    effect = (
+        f"requests waited in {_pct(d.waiting_share)} of the run while KV usage peaked at "
+        f"{_pct(d.max_usage)}: more KV memory will not help; {where}"
+    )
     change = Change("double the KV pool", num_blocks=None if base is None else 2 * base - 1)
     alternatives = (Change(f"max_num_seqs={4 * seqs}", max_num_seqs=4 * seqs),) if limited else ()
-    return Proposal("kv_not_bottleneck", "The KV cache is not the bottleneck", ev, {"limit": where}, effect,
-                    change if base is not None else None, expect_gain=False, alternatives=alternatives)
+    return Proposal(
+        "kv_not_bottleneck",
+        "The KV cache is not the bottleneck",
+        ev,
+        {"limit": where},
+        effect,
+        change if base is not None else None,
+        expect_gain=False,
+        alternatives=alternatives,
+    )
 
 
 def make_identical(work: WorkloadEvidence) -> Proposal | None:
     p = work.prefixes
     if p is None or p.near_identical_requests < 2 or p.near_hit_ratio - p.identical_hit_ratio < PREFIX_GAIN:
         return None
-    ev = {"fingerprinted_requests": p.requests, "prompt_tokens": p.prompt_tokens,
-          "identical_hit_ratio_possible": round(p.identical_hit_ratio, 4),
-          "near_identical_hit_ratio_possible": round(p.near_hit_ratio, 4),
-          "observed_hit_ratio": None if p.observed_hit_ratio is None else round(p.observed_hit_ratio, 4),
-          "near_identical_requests": p.near_identical_requests, "differing_span_start_chars_p50": p.hole_start_chars_p50,
-          "differing_span_end_chars_p50": p.hole_end_chars_p50, "blocked_shared_tokens_p50": p.blocked_tokens_p50}
-    proj = {"hit_ratio_possible": round(p.near_hit_ratio, 4), "prefill_tokens_saved": p.near_hit_tokens - p.identical_hit_tokens}
+    ev = {
+        "fingerprinted_requests": p.requests,
+        "prompt_tokens": p.prompt_tokens,
+        "identical_hit_ratio_possible": round(p.identical_hit_ratio, 4),
+        "near_identical_hit_ratio_possible": round(p.near_hit_ratio, 4),
+        "observed_hit_ratio": None if p.observed_hit_ratio is None else round(p.observed_hit_ratio, 4),
+        "near_identical_requests": p.near_identical_requests,
+        "differing_span_start_chars_p50": p.hole_start_chars_p50,
+        "differing_span_end_chars_p50": p.hole_end_chars_p50,
+        "blocked_shared_tokens_p50": p.blocked_tokens_p50,
+    }
+    proj = {
+        "hit_ratio_possible": round(p.near_hit_ratio, 4),
+        "prefill_tokens_saved": p.near_hit_tokens - p.identical_hit_tokens,
+    }
     start, end = p.hole_start_chars_p50 or 0, p.hole_end_chars_p50 or 0
-    effect = (f"{p.near_identical_requests} prompts share ~{p.blocked_tokens_p50 or 0:,.0f} tokens after a span that "
-              f"differs (characters ~{start:,.0f}-{end:,.0f}, e.g. a timestamp or an id): put the shared part first and "
-              f"keep it byte-identical, and the cacheable share of prompt tokens goes {p.identical_hit_ratio:.0%} -> "
-              f"{p.near_hit_ratio:.0%}")
-    return Proposal("make_prefix_identical", "Put the shared part of prompts first and keep it byte-identical",
-                    ev, proj, effect, Change("near-identical prefixes made identical", prefix_identical=True))
+    effect = (
+        f"{p.near_identical_requests} prompts share ~{p.blocked_tokens_p50 or 0:,.0f} tokens after a span that "
+        f"differs (characters ~{start:,.0f}-{end:,.0f}, e.g. a timestamp or an id): put the shared part first and "
+        f"keep it byte-identical, and the cacheable share of prompt tokens goes {p.identical_hit_ratio:.0%} -> "
+        f"{p.near_hit_ratio:.0%}"
+    )
+    return Proposal(
+        "make_prefix_identical",
+        "Put the shared part of prompts first and keep it byte-identical",
+        ev,
+        proj,
+        effect,
+        Change("near-identical prefixes made identical", prefix_identical=True),
+    )
 
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:.0%}"
 
 
-def decide(dep: Deployment, d: WindowDiagnosis, work: WorkloadEvidence, demand: int | None = None,
-           arithmetic_demand: int | None = None) -> RuleOutcome:
+def decide(
+    dep: Deployment,
+    d: WindowDiagnosis,
+    work: WorkloadEvidence,
+    demand: int | None = None,
+    arithmetic_demand: int | None = None,
+) -> RuleOutcome:
     """Every proposal the rules make for one run (unordered; the advice orders them). `demand`
     is the replay-measured peak in blocks; without it the arithmetic upper bound stands in."""
     out = RuleOutcome()
     if d.kv_pressure:
         need = demand if demand is not None else arithmetic_demand
         memory = add_memory(dep, d, need, arithmetic_demand, out.notes, measured=demand is not None)
-        for p in (quantize(dep, d, need), memory, raise_utilisation(dep, d),
-                  cut_context(dep, d, work, out.notes)):
+        for p in (
+            quantize(dep, d, need),
+            memory,
+            raise_utilisation(dep, d),
+            cut_context(dep, d, work, out.notes),
+        ):
             if p is not None:
                 out.proposals.append(p)
     elif d.kv_not_bottleneck:
         out.proposals.append(not_bottleneck(dep, d))
     else:
-        out.notes.append(f"no KV pressure: preemption level {d.preemption_level}, saturated "
-                         f"{_pct(d.saturated_share)} of the time, waiting {_pct(d.waiting_share)}")
+        out.notes.append(
+            f"no KV pressure: preemption level {d.preemption_level}, saturated "
+            f"{_pct(d.saturated_share)} of the time, waiting {_pct(d.waiting_share)}"
+        )
     prefix = make_identical(work)
     if prefix is not None:
         out.proposals.append(prefix)
     elif work.prefixes is None:
-        out.notes.append("make_prefix_identical: no prompt fingerprints in requests.parquet; prefix sharing unknown")
+        out.notes.append(
+            "make_prefix_identical: no prompt fingerprints in requests.parquet; prefix sharing unknown"
+        )
     out.notes += _cache_reuse_notes(dep, work)
     return out
 
@@ -243,7 +384,12 @@ def _cache_reuse_notes(dep: Deployment, work: WorkloadEvidence) -> list[str]:
         return []
     if p.observed_hit_ratio >= 0.5 * p.identical_hit_ratio:
         return []
-    why = ("prefix caching is off (--no-enable-prefix-caching)" if not dep.engine.enable_prefix_caching
-           else "shared blocks are evicted before they are reused (KV pressure, or too many distinct prefixes)")
-    return [f"prefix cache: {p.observed_hit_ratio:.0%} of prompt tokens hit, while byte-identical prefixes offer "
-            f"{p.identical_hit_ratio:.0%}: {why}"]
+    why = (
+        "prefix caching is off (--no-enable-prefix-caching)"
+        if not dep.engine.enable_prefix_caching
+        else "shared blocks are evicted before they are reused (KV pressure, or too many distinct prefixes)"
+    )
+    return [
+        f"prefix cache: {p.observed_hit_ratio:.0%} of prompt tokens hit, while byte-identical prefixes offer "
+        f"{p.identical_hit_ratio:.0%}: {why}"
+    ]

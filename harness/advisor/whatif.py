@@ -91,9 +91,14 @@ class Comparison:
     time_axis: str
 
     def to_dict(self) -> dict:
-        return {"change": {k: v for k, v in asdict(self.change).items() if v not in (None, False)},
-                "baseline": asdict(self.baseline), "changed": asdict(self.changed), "verified": self.verified,
-                "why": self.why, "time_axis": self.time_axis}
+        return {
+            "change": {k: v for k, v in asdict(self.change).items() if v not in (None, False)},
+            "baseline": asdict(self.baseline),
+            "changed": asdict(self.changed),
+            "verified": self.verified,
+            "why": self.why,
+            "time_axis": self.time_axis,
+        }
 
 
 @dataclass(slots=True)
@@ -117,14 +122,23 @@ class Replayer:
         return self._baseline
 
     def run(self, change: Change) -> ReplayMetrics:
-        spec = replace(self.spec, gpu=change.gpu or self.spec.gpu, tensor_parallel_size=change.tp or self.spec.tensor_parallel_size,
-                       gpu_memory_utilization=change.gpu_memory_utilization or self.spec.gpu_memory_utilization)
-        config = replace(self.config, kv_cache_dtype=change.kv_cache_dtype or self.config.kv_cache_dtype,
-                         max_model_len=change.max_model_len or self.config.max_model_len,
-                         num_blocks=change.num_blocks or self.config.num_blocks,
-                         max_num_seqs=change.max_num_seqs or self.config.max_num_seqs)
+        spec = replace(
+            self.spec,
+            gpu=change.gpu or self.spec.gpu,
+            tensor_parallel_size=change.tp or self.spec.tensor_parallel_size,
+            gpu_memory_utilization=change.gpu_memory_utilization or self.spec.gpu_memory_utilization,
+        )
+        config = replace(
+            self.config,
+            kv_cache_dtype=change.kv_cache_dtype or self.config.kv_cache_dtype,
+            max_model_len=change.max_model_len or self.config.max_model_len,
+            num_blocks=change.num_blocks or self.config.num_blocks,
+            max_num_seqs=change.max_num_seqs or self.config.max_num_seqs,
+        )
         trace = self.near_trace if change.prefix_identical else self.trace
-        parts = [trace[r::change.replicas] for r in range(change.replicas)] if change.replicas > 1 else [trace]
+        parts = (
+            [trace[r :: change.replicas] for r in range(change.replicas)] if change.replicas > 1 else [trace]
+        )
         results = [replay_trace(part, spec, config) for part in parts if part]
         return _metrics(results, len(trace), self.scale)
 
@@ -146,11 +160,16 @@ def _metrics(results: list[ReplayResult], requests: int, scale: float) -> Replay
     queries = sum(res.prefix_cache_queries for res in results)
     out_tokens = sum(res.output_tokens for res in results)
     return ReplayMetrics(
-        requests=requests, completed=len(records), rejected=sum(res.rejected for res in results),
+        requests=requests,
+        completed=len(records),
+        rejected=sum(res.rejected for res in results),
         preemptions=sum(res.num_preemptions for res in results),
-        preempted_requests=sum(1 for r in records if r.num_preemptions > 0), duration_s=round(duration, 3),
+        preempted_requests=sum(1 for r in records if r.num_preemptions > 0),
+        duration_s=round(duration, 3),
         output_tokens_per_s=round(out_tokens / duration, 2) if duration else 0.0,
-        ttft_p50_s=_pct(ttft, 50), ttft_p99_s=_pct(ttft, 99), e2e_p99_s=_pct(e2e, 99),
+        ttft_p50_s=_pct(ttft, 50),
+        ttft_p99_s=_pct(ttft, 99),
+        e2e_p99_s=_pct(e2e, 99),
         peak_kv_usage=max((res.peak_kv_usage for res in results), default=0.0),
         prefix_hit_ratio=sum(res.prefix_cache_hits for res in results) / queries if queries else None,
         num_blocks=max((res.num_blocks for res in results), default=0),
@@ -162,8 +181,10 @@ def judge(base: ReplayMetrics, changed: ReplayMetrics) -> tuple[bool, str]:
     """(verified, a short reason) — see the module doc for the rule. The numbers themselves
     are in the two ReplayMetrics, so the reason does not repeat them."""
     if changed.completed < base.completed or changed.rejected > base.rejected:
-        return False, (f"the change completes {changed.completed} requests (as run: {base.completed}) and "
-                       f"rejects {changed.rejected} (as run: {base.rejected})")
+        return False, (
+            f"the change completes {changed.completed} requests (as run: {base.completed}) and "
+            f"rejects {changed.rejected} (as run: {base.rejected})"
+        )
     b, c = base.ttft_p99_s, changed.ttft_p99_s
     ttft_better = bool(b) and c is not None and c <= (1 - VERIFY_TTFT_GAIN) * b
     ttft_worse = bool(b) and c is not None and c > (1 + VERIFY_TTFT_GAIN) * b
@@ -178,17 +199,25 @@ def judge(base: ReplayMetrics, changed: ReplayMetrics) -> tuple[bool, str]:
     return False, "no measurable gain (no fewer preemptions, TTFT p99 not 5% lower)"
 
 
-def build_trace(done: pd.DataFrame, evidence: WorkloadEvidence, near: bool = False, scale: float = 1.0,
-                t0: float | None = None) -> list[TraceRequest]:
+def build_trace(
+    done: pd.DataFrame,
+    evidence: WorkloadEvidence,
+    near: bool = False,
+    scale: float = 1.0,
+    t0: float | None = None,
+) -> list[TraceRequest]:
     """One TraceRequest per row (see the module doc); arrivals count from `t0` (default: the
     first send in `done`)."""
     if t0 is None:
         t0 = float(done["send_time_unix"].min()) if len(done) else 0.0
     groups = evidence.prefix_groups(done, near) if evidence.sharing else [(-1, 0)] * len(done)
     n = done["n"].fillna(1).astype(int).tolist() if "n" in done.columns else [1] * len(done)
-    return [TraceRequest((float(t) - t0) * scale, int(p), int(o), max(1, k), g, tokens)
-            for t, p, o, k, (g, tokens) in zip(done["send_time_unix"], done["prompt_tokens"], done["output_tokens"],
-                                              n, groups)]
+    return [
+        TraceRequest((float(t) - t0) * scale, int(p), int(o), max(1, k), g, tokens)
+        for t, p, o, k, (g, tokens) in zip(
+            done["send_time_unix"], done["prompt_tokens"], done["output_tokens"], n, groups
+        )
+    ]
 
 
 def unfinished(requests: pd.DataFrame) -> pd.DataFrame:
@@ -200,20 +229,30 @@ def unfinished(requests: pd.DataFrame) -> pd.DataFrame:
     if "target_prompt_tokens" in requests.columns:
         prompt = prompt.fillna(pd.to_numeric(requests["target_prompt_tokens"], errors="coerce"))
     output = pd.to_numeric(requests["target_output_tokens"], errors="coerce")
-    rows = requests[requests["error_class"].isin(UNFINISHED_ERRORS) & prompt.notna() & output.notna() & (output > 0)]
-    return rows.assign(prompt_tokens=prompt[rows.index], output_tokens=output[rows.index]).reset_index(drop=True)
+    rows = requests[
+        requests["error_class"].isin(UNFINISHED_ERRORS) & prompt.notna() & output.notna() & (output > 0)
+    ]
+    return rows.assign(prompt_tokens=prompt[rows.index], output_tokens=output[rows.index]).reset_index(
+        drop=True
+    )
 
 
 def _observed_step_s(requests: pd.DataFrame) -> float | None:
     """The run's median inter-token gap (a decode step of the real engine, queueing aside)."""
     if "itl_s" not in requests.columns:
         return None
-    gaps = [float(g) for row in requests["itl_s"].dropna() for g in (row if hasattr(row, "__len__") else [row])
-            if g is not None and math.isfinite(float(g)) and g > 0]
+    gaps = [
+        float(g)
+        for row in requests["itl_s"].dropna()
+        for g in (row if hasattr(row, "__len__") else [row])
+        if g is not None and math.isfinite(float(g)) and g > 0
+    ]
     return float(np.median(gaps)) if gaps else None
 
 
-def make_replayer(inputs: RunInputs, evidence: WorkloadEvidence, mean_running: float | None = None) -> Replayer:
+def make_replayer(
+    inputs: RunInputs, evidence: WorkloadEvidence, mean_running: float | None = None
+) -> Replayer:
     """The replayer for a run (see the module doc for the time axis). Raises ValueError when
     the run cannot be replayed: its pool size is unknown, or the engine refuses the setup."""
     dep = inputs.deployment
@@ -223,7 +262,9 @@ def make_replayer(inputs: RunInputs, evidence: WorkloadEvidence, mean_running: f
         raise ValueError("the run's KV pool size is unknown (no kv_capacity_blocks samples, no engine flags)")
     config = replace(dep.engine, num_blocks=blocks, kv_cache_memory=None)
     if dep.gpu_sized:
-        spec = SimSpec(dep.model or "", dep.gpu or "", dep.tp, dep.gpu_memory_utilization or 0.9, dep.weight_dtype)
+        spec = SimSpec(
+            dep.model or "", dep.gpu or "", dep.tp, dep.gpu_memory_utilization or 0.9, dep.weight_dtype
+        )
         config = replace(config, max_model_len=dep.max_model_len)
         scale, axis = 1.0, f"modelled: {dep.model} on {dep.tp} x {dep.gpu} (the simulator's cost model)"
     else:
@@ -234,17 +275,24 @@ def make_replayer(inputs: RunInputs, evidence: WorkloadEvidence, mean_running: f
         observed = _observed_step_s(done)
         batch = max(1, round(mean_running or 1))
         context = int((done["prompt_tokens"] + done["output_tokens"] / 2).median()) if len(done) else 256
-        modelled = CostModel(twin, get_gpu(REAL_ENGINE_GPU)).step_time([(1, max(1, min(context, limit)))] * batch)
+        modelled = CostModel(twin, get_gpu(REAL_ENGINE_GPU)).step_time(
+            [(1, max(1, min(context, limit)))] * batch
+        )
         scale = modelled / observed if observed else 1.0
-        axis = (f"modelled: the run's {blocks:,}-block pool with a {twin.name} on {REAL_ENGINE_GPU} cost model, "
-                f"arrivals scaled x{scale:.3g} to the run's observed step time"
-                + ("" if observed else " (no inter-token gaps recorded: unscaled)"))
+        axis = (
+            f"modelled: the run's {blocks:,}-block pool with a {twin.name} on {REAL_ENGINE_GPU} cost model, "
+            f"arrivals scaled x{scale:.3g} to the run's observed step time"
+            + ("" if observed else " (no inter-token gaps recorded: unscaled)")
+        )
     t0 = float(inputs.requests["send_time_unix"].min())
     cut = unfinished(inputs.requests)
     extra = build_trace(cut, WorkloadEvidence(None, None), False, scale, t0)
     trace = sorted(build_trace(done, evidence, False, scale, t0) + extra, key=lambda r: r.arrival_s)
-    near = sorted(build_trace(done, evidence, True, scale, t0) + extra, key=lambda r: r.arrival_s) \
-        if evidence.sharing else trace
+    near = (
+        sorted(build_trace(done, evidence, True, scale, t0) + extra, key=lambda r: r.arrival_s)
+        if evidence.sharing
+        else trace
+    )
     if len(cut):
         axis += f"; {len(cut)} request(s) that failed mid-way are replayed at their target lengths"
     if len(trace) > MAX_REPLAY_REQUESTS:
@@ -254,4 +302,3 @@ def make_replayer(inputs: RunInputs, evidence: WorkloadEvidence, mean_running: f
     if not config_section.get("rate") and config_section.get("workload") not in (None, "replay"):
         axis += "; a closed-loop run, replayed open-loop at its recorded send times"
     return Replayer(dep, trace, near, spec, config, scale, axis, len(inputs.requests) - len(done) - len(cut))
-

@@ -19,20 +19,66 @@ import numpy as np
 import pandas as pd
 
 REQUEST_COLUMNS: tuple[str, ...] = (
-    "request_id", "worker_id", "workload", "endpoint", "send_time_unix", "scheduled_time_unix",
-    "schedule_lag_s", "ttft_s", "e2e_s", "itl_s", "num_chunks", "prompt_tokens", "output_tokens",
-    "usage_source", "cached_tokens", "target_prompt_tokens", "target_output_tokens", "finish_reason",
-    "status_code", "error_class", "ok", "server_queue_time_s", "server_prefill_time_s", "server_ttft_s",
-    "server_decode_time_s", "server_e2e_s", "server_num_preemptions", "server_cached_prompt_tokens",
+    "request_id",
+    "worker_id",
+    "workload",
+    "endpoint",
+    "send_time_unix",
+    "scheduled_time_unix",
+    "schedule_lag_s",
+    "ttft_s",
+    "e2e_s",
+    "itl_s",
+    "num_chunks",
+    "prompt_tokens",
+    "output_tokens",
+    "usage_source",
+    "cached_tokens",
+    "target_prompt_tokens",
+    "target_output_tokens",
+    "finish_reason",
+    "status_code",
+    "error_class",
+    "ok",
+    "server_queue_time_s",
+    "server_prefill_time_s",
+    "server_ttft_s",
+    "server_decode_time_s",
+    "server_e2e_s",
+    "server_num_preemptions",
+    "server_cached_prompt_tokens",
 )
 SERVER_COLUMNS: tuple[str, ...] = (
-    "time_unix", "target", "model", "instance", "kv_usage_ratio", "kv_capacity_blocks",
-    "kv_block_size_tokens", "kv_capacity_tokens", "prefix_cache_queries_tokens", "prefix_cache_hits_tokens",
-    "preemptions", "requests_running", "requests_waiting", "prompt_tokens", "generation_tokens",
-    "requests_finished", "up",
+    "time_unix",
+    "target",
+    "model",
+    "instance",
+    "kv_usage_ratio",
+    "kv_capacity_blocks",
+    "kv_block_size_tokens",
+    "kv_capacity_tokens",
+    "prefix_cache_queries_tokens",
+    "prefix_cache_hits_tokens",
+    "preemptions",
+    "requests_running",
+    "requests_waiting",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_finished",
+    "up",
 )
-_TEXT = {"request_id", "worker_id", "workload", "endpoint", "usage_source", "finish_reason", "error_class",
-         "target", "model", "instance"}
+_TEXT = {
+    "request_id",
+    "worker_id",
+    "workload",
+    "endpoint",
+    "usage_source",
+    "finish_reason",
+    "error_class",
+    "target",
+    "model",
+    "instance",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +103,17 @@ def _ensure(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
 def normalise_requests(frame: pd.DataFrame) -> pd.DataFrame:
     frame = _ensure(frame, REQUEST_COLUMNS)
     frame["ok"] = frame["ok"].fillna(False).astype(bool)
-    for c in ("send_time_unix", "ttft_s", "e2e_s", "schedule_lag_s", "prompt_tokens", "output_tokens",
-              "server_ttft_s", "server_e2e_s", "server_queue_time_s"):
+    for c in (
+        "send_time_unix",
+        "ttft_s",
+        "e2e_s",
+        "schedule_lag_s",
+        "prompt_tokens",
+        "output_tokens",
+        "server_ttft_s",
+        "server_e2e_s",
+        "server_queue_time_s",
+    ):
         frame[c] = pd.to_numeric(frame[c], errors="coerce").astype(float)
     return frame.sort_values("send_time_unix", kind="stable").reset_index(drop=True)
 
@@ -92,8 +147,9 @@ def load_bundle(directory: str | Path) -> Bundle:
     run = _read_json(d / "run.json") or {}
     req = pd.read_parquet(d / "requests.parquet") if (d / "requests.parquet").exists() else pd.DataFrame()
     srv = pd.read_parquet(d / "server.parquet") if (d / "server.parquet").exists() else pd.DataFrame()
-    extra: dict[str, Any] = {name: data for name in ("advice.json", "sweep.json")
-                             if (data := _read_json(d / name)) is not None}
+    extra: dict[str, Any] = {
+        name: data for name in ("advice.json", "sweep.json") if (data := _read_json(d / name)) is not None
+    }
     extra["client_log_warnings"] = client_log_warnings(d)
     return Bundle(run, normalise_requests(req), normalise_server(srv), d, extra)
 

@@ -33,25 +33,39 @@ def band_label(lo: float, hi: float | None) -> str:
     return f"≥{lo:.0%}" if hi is None else f"{lo:.0%}–{hi:.0%}"
 
 
-def attach_server_state(requests: pd.DataFrame, tl: pd.DataFrame, tolerance_s: float = TOLERANCE_S) -> pd.DataFrame:
+def attach_server_state(
+    requests: pd.DataFrame, tl: pd.DataFrame, tolerance_s: float = TOLERANCE_S
+) -> pd.DataFrame:
     """`requests` plus kv_usage_at_send, running_at_send, waiting_at_send and kv_band."""
     req = requests.sort_values("send_time_unix", kind="stable").copy()
     req = req[req["send_time_unix"].notna()]
-    state = tl[["time_unix", "kv_usage_ratio", "requests_running", "requests_waiting"]].rename(columns={
-        "kv_usage_ratio": "kv_usage_at_send", "requests_running": "running_at_send",
-        "requests_waiting": "waiting_at_send"})
+    state = tl[["time_unix", "kv_usage_ratio", "requests_running", "requests_waiting"]].rename(
+        columns={
+            "kv_usage_ratio": "kv_usage_at_send",
+            "requests_running": "running_at_send",
+            "requests_waiting": "waiting_at_send",
+        }
+    )
     state = state.dropna(subset=["time_unix"]).sort_values("time_unix")
     if state.empty:
         for c in ("kv_usage_at_send", "running_at_send", "waiting_at_send"):
             req[c] = np.nan
     else:
-        req = pd.merge_asof(req, state, left_on="send_time_unix", right_on="time_unix", direction="backward",
-                            tolerance=tolerance_s).drop(columns=["time_unix"])
+        req = pd.merge_asof(
+            req,
+            state,
+            left_on="send_time_unix",
+            right_on="time_unix",
+            direction="backward",
+            tolerance=tolerance_s,
+        ).drop(columns=["time_unix"])
     edges = list(BAND_EDGES)
     labels = [band_label(lo, hi) for lo, hi in zip(edges, edges[1:] + [None])]
     idx = np.searchsorted(np.asarray(edges), req["kv_usage_at_send"].to_numpy(dtype=float), side="right") - 1
-    req["kv_band"] = [labels[i] if np.isfinite(u) and i >= 0 else "unknown"
-                      for i, u in zip(idx, req["kv_usage_at_send"].to_numpy(dtype=float))]
+    req["kv_band"] = [
+        labels[i] if np.isfinite(u) and i >= 0 else "unknown"
+        for i, u in zip(idx, req["kv_usage_at_send"].to_numpy(dtype=float))
+    ]
     return req
 
 
@@ -77,9 +91,16 @@ def latency_by_kv_band(joined: pd.DataFrame) -> list[BandRow]:
         if part.empty:
             continue
         ok = part[part["ok"]]
-        rows.append(BandRow(band, len(part), int((~part["ok"]).sum()), distribution(ok["ttft_s"].to_numpy(float)),
-                            distribution(per_request_metrics(ok)["tpot"].to_numpy(float)),
-                            distribution(ok["e2e_s"].to_numpy(float))))
+        rows.append(
+            BandRow(
+                band,
+                len(part),
+                int((~part["ok"]).sum()),
+                distribution(ok["ttft_s"].to_numpy(float)),
+                distribution(per_request_metrics(ok)["tpot"].to_numpy(float)),
+                distribution(ok["e2e_s"].to_numpy(float)),
+            )
+        )
     return rows
 
 
@@ -92,14 +113,18 @@ def band_contrast(rows: list[BandRow]) -> str:
     low, high = known[0], known[-1]
     ratio = high.ttft.p99 / low.ttft.p99 if low.ttft.p99 else None
     trend = f" ({ratio:.1f}×)" if ratio else ""
-    return (f"TTFT p99 was {high.ttft.p99 * 1000:.0f} ms for requests sent at KV usage {high.band}, "
-            f"against {low.ttft.p99 * 1000:.0f} ms at {low.band}{trend}.")
+    return (
+        f"TTFT p99 was {high.ttft.p99 * 1000:.0f} ms for requests sent at KV usage {high.band}, "
+        f"against {low.ttft.p99 * 1000:.0f} ms at {low.band}{trend}."
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class PreemptionSplit:
     onset_unix: float | None
-    before: Distribution = field(default_factory=lambda: Distribution(0))  # TTFT of requests sent before onset
+    before: Distribution = field(
+        default_factory=lambda: Distribution(0)
+    )  # TTFT of requests sent before onset
     after: Distribution = field(default_factory=lambda: Distribution(0))
     e2e_before: Distribution = field(default_factory=lambda: Distribution(0))
     e2e_after: Distribution = field(default_factory=lambda: Distribution(0))
@@ -116,19 +141,31 @@ def split_at_preemption(requests: pd.DataFrame, onset_unix: float | None) -> Pre
         return PreemptionSplit(None, verdict="No preemptions during the run.")
     ok = requests[requests["ok"]]
     early, late = ok[ok["send_time_unix"] < onset_unix], ok[ok["send_time_unix"] >= onset_unix]
-    before, after = distribution(early["ttft_s"].to_numpy(float)), distribution(late["ttft_s"].to_numpy(float))
-    e_before, e_after = distribution(early["e2e_s"].to_numpy(float)), distribution(late["e2e_s"].to_numpy(float))
+    before, after = (
+        distribution(early["ttft_s"].to_numpy(float)),
+        distribution(late["ttft_s"].to_numpy(float)),
+    )
+    e_before, e_after = (
+        distribution(early["e2e_s"].to_numpy(float)),
+        distribution(late["e2e_s"].to_numpy(float)),
+    )
     if before.count < MIN_COMPARE or after.count < MIN_COMPARE:
-        verdict = (f"Preemptions began, but too few requests on one side to compare "
-                   f"({before.count} before, {after.count} after; need {MIN_COMPARE} each).")
+        verdict = (
+            f"Preemptions began, but too few requests on one side to compare "
+            f"({before.count} before, {after.count} after; need {MIN_COMPARE} each)."
+        )
         return PreemptionSplit(onset_unix, before, after, e_before, e_after, None, verdict)
     ratio = after.p99 / before.p99 if before.p99 else None
     if ratio is not None and ratio > 1.0:
-        verdict = (f"TTFT p99 was higher after preemptions began: {after.p99 * 1000:.0f} ms vs "
-                   f"{before.p99 * 1000:.0f} ms before ({ratio:.1f}×).")
+        verdict = (
+            f"TTFT p99 was higher after preemptions began: {after.p99 * 1000:.0f} ms vs "
+            f"{before.p99 * 1000:.0f} ms before ({ratio:.1f}×)."
+        )
     else:
-        verdict = (f"TTFT p99 was not higher after preemptions began: {after.p99 * 1000:.0f} ms vs "
-                   f"{before.p99 * 1000:.0f} ms before.")
+        verdict = (
+            f"TTFT p99 was not higher after preemptions began: {after.p99 * 1000:.0f} ms vs "
+            f"{before.p99 * 1000:.0f} ms before."
+        )
     return PreemptionSplit(onset_unix, before, after, e_before, e_after, ratio, verdict)
 
 
@@ -153,14 +190,18 @@ class ClientServerTiming:
 def per_request_timing(requests: pd.DataFrame) -> pd.DataFrame:
     """request_id, send_time_unix, client and server TTFT/E2E and their differences (ok requests)."""
     ok = requests[requests["ok"] & requests["server_ttft_s"].notna()]
-    return pd.DataFrame({
-        "request_id": ok["request_id"], "send_time_unix": ok["send_time_unix"],
-        "ttft_s": ok["ttft_s"], "server_ttft_s": ok["server_ttft_s"],
-        "ttft_overhead_s": ok["ttft_s"] - ok["server_ttft_s"],
-        "e2e_overhead_s": ok["e2e_s"] - ok["server_e2e_s"],
-        "server_queue_time_s": ok["server_queue_time_s"],
-        "server_num_preemptions": pd.to_numeric(ok["server_num_preemptions"], errors="coerce"),
-    })
+    return pd.DataFrame(
+        {
+            "request_id": ok["request_id"],
+            "send_time_unix": ok["send_time_unix"],
+            "ttft_s": ok["ttft_s"],
+            "server_ttft_s": ok["server_ttft_s"],
+            "ttft_overhead_s": ok["ttft_s"] - ok["server_ttft_s"],
+            "e2e_overhead_s": ok["e2e_s"] - ok["server_e2e_s"],
+            "server_queue_time_s": ok["server_queue_time_s"],
+            "server_num_preemptions": pd.to_numeric(ok["server_num_preemptions"], errors="coerce"),
+        }
+    )
 
 
 def client_vs_server(requests: pd.DataFrame) -> ClientServerTiming:
@@ -170,10 +211,16 @@ def client_vs_server(requests: pd.DataFrame) -> ClientServerTiming:
     share = (t["server_queue_time_s"] / t["ttft_s"]).where(t["ttft_s"] > 0).dropna()
     pre = t["server_num_preemptions"].fillna(0) > 0
     return ClientServerTiming(
-        True, len(t), distribution(t["ttft_overhead_s"].to_numpy(float)), distribution(t["e2e_overhead_s"].to_numpy(float)),
-        distribution(t["server_queue_time_s"].to_numpy(float)), float(share.median()) if len(share) else None,
-        int(pre.sum()), distribution(t.loc[pre, "ttft_s"].to_numpy(float)),
-        distribution(t.loc[~pre, "ttft_s"].to_numpy(float)))
+        True,
+        len(t),
+        distribution(t["ttft_overhead_s"].to_numpy(float)),
+        distribution(t["e2e_overhead_s"].to_numpy(float)),
+        distribution(t["server_queue_time_s"].to_numpy(float)),
+        float(share.median()) if len(share) else None,
+        int(pre.sum()),
+        distribution(t.loc[pre, "ttft_s"].to_numpy(float)),
+        distribution(t.loc[~pre, "ttft_s"].to_numpy(float)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,5 +237,6 @@ class JoinReport:
 def analyse_join(all_requests: pd.DataFrame, tl: pd.DataFrame, onset_unix: float | None) -> JoinReport:
     requests = measured(all_requests)
     bands = latency_by_kv_band(attach_server_state(requests, tl))
-    return JoinReport(bands, band_contrast(bands), split_at_preemption(requests, onset_unix),
-                      client_vs_server(requests))
+    return JoinReport(
+        bands, band_contrast(bands), split_at_preemption(requests, onset_unix), client_vs_server(requests)
+    )

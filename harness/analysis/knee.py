@@ -53,21 +53,34 @@ def elasticity(x0: float, x1: float, y0: float, y1: float) -> float | None:
     return dy / dx
 
 
-def find_knee(throughput: Sequence[float], latency_p99: Sequence[float], loads: Sequence[Any] | None = None,
-              threshold: float = KNEE_ELASTICITY) -> Knee:
+def find_knee(
+    throughput: Sequence[float],
+    latency_p99: Sequence[float],
+    loads: Sequence[Any] | None = None,
+    threshold: float = KNEE_ELASTICITY,
+) -> Knee:
     """See the module docstring. `loads` only label the explanation."""
     n = len(throughput)
     labels = [str(v) for v in loads] if loads is not None else [str(i) for i in range(n)]
     if n < 2:
         return Knee(None, [], "a knee needs at least two points")
-    es = [elasticity(throughput[i], throughput[i + 1], latency_p99[i], latency_p99[i + 1]) for i in range(n - 1)]
+    es = [
+        elasticity(throughput[i], throughput[i + 1], latency_p99[i], latency_p99[i + 1]) for i in range(n - 1)
+    ]
     for i, e in enumerate(es):
         if e is not None and e > threshold:
-            cost = "throughput stopped growing while latency rose" if math.isinf(e) else (
-                f"latency p99 grew {e:.1f}x as fast as throughput (elasticity > {threshold:g})")
+            cost = (
+                "throughput stopped growing while latency rose"
+                if math.isinf(e)
+                else (f"latency p99 grew {e:.1f}x as fast as throughput (elasticity > {threshold:g})")
+            )
             return Knee(i, es, f"knee at load {labels[i]}: from {labels[i]} to {labels[i + 1]}, {cost}")
-    return Knee(None, es, f"no knee up to load {labels[-1]}: latency never grew faster than throughput; "
-                          "the sweep did not reach saturation")
+    return Knee(
+        None,
+        es,
+        f"no knee up to load {labels[-1]}: latency never grew faster than throughput; "
+        "the sweep did not reach saturation",
+    )
 
 
 def highest_meeting(attainments: Sequence[float | None], target: float = DEFAULT_ATTAINMENT) -> int | None:

@@ -102,8 +102,13 @@ def throughput(requests: pd.DataFrame) -> Throughput:
 def goodput(requests: pd.DataFrame, slos: Slos, window_s: float) -> Goodput:
     meeting = int(meets_slos(requests, slos).sum())
     total = len(requests)
-    return Goodput(slos.to_dict(), meeting, total, meeting / total if total else None,
-                   meeting / window_s if window_s > 0 else 0.0)
+    return Goodput(
+        slos.to_dict(),
+        meeting,
+        total,
+        meeting / total if total else None,
+        meeting / window_s if window_s > 0 else 0.0,
+    )
 
 
 def errors(requests: pd.DataFrame) -> Errors:
@@ -172,5 +177,9 @@ def throughput_over_time(all_requests: pd.DataFrame, bin_s: float = 1.0) -> pd.D
         edges = np.array([0.0, bin_s])
     idx = np.clip(np.digitize(done, edges) - 1, 0, len(edges) - 2)
     reqs = np.bincount(idx, minlength=len(edges) - 1)
-    toks = np.bincount(idx, weights=ok["output_tokens"].fillna(0).to_numpy(dtype=float), minlength=len(edges) - 1)
-    return pd.DataFrame({"t_s": edges[:-1], "requests_per_s": reqs / bin_s, "output_tokens_per_s": toks / bin_s})
+    toks = np.bincount(
+        idx, weights=ok["output_tokens"].fillna(0).to_numpy(dtype=float), minlength=len(edges) - 1
+    )
+    return pd.DataFrame(
+        {"t_s": edges[:-1], "requests_per_s": reqs / bin_s, "output_tokens_per_s": toks / bin_s}
+    )

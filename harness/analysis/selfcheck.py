@@ -115,6 +115,7 @@ def ttft_histogram_increase(server: pd.DataFrame) -> tuple[np.ndarray, np.ndarra
 def cpu_warnings(run: dict[str, Any], log_warnings: list[str] | None = None) -> list[str]:
     """CPU warnings from the load generator: strings mentioning CPU under any run.json key
     containing 'warning', plus Locust's own log lines (see `bundle.client_log_warnings`)."""
+
     def walk(obj: Any, under_warning: bool) -> Iterator[str]:
         if isinstance(obj, dict):
             for k, v in obj.items():
@@ -124,6 +125,7 @@ def cpu_warnings(run: dict[str, Any], log_warnings: list[str] | None = None) -> 
                 yield from walk(v, under_warning)
         elif under_warning and isinstance(obj, str) and "cpu" in obj.lower():
             yield obj
+
     return list(dict.fromkeys([*walk(run, False), *(log_warnings or [])]))
 
 
@@ -135,8 +137,12 @@ def _per_request(ok: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
     e2e = (both["e2e_s"] - both["server_e2e_s"]).to_numpy(float)
     delay = np.where(np.isfinite(e2e), np.fmin(ttft, e2e), ttft)
     keep = np.isfinite(delay)
-    return (delay[keep], both["server_ttft_s"].to_numpy(float)[keep], both["ttft_s"].to_numpy(float)[keep],
-            both["e2e_s"].to_numpy(float)[keep])
+    return (
+        delay[keep],
+        both["server_ttft_s"].to_numpy(float)[keep],
+        both["ttft_s"].to_numpy(float)[keep],
+        both["e2e_s"].to_numpy(float)[keep],
+    )
 
 
 def _distortion(values: np.ndarray, lag: np.ndarray) -> tuple[float, float]:
@@ -145,8 +151,12 @@ def _distortion(values: np.ndarray, lag: np.ndarray) -> tuple[float, float]:
     return float(reported - corrected), float(corrected)
 
 
-def self_check(all_requests: pd.DataFrame, server: pd.DataFrame, run: dict[str, Any] | None = None,
-               log_warnings: list[str] | None = None) -> SelfCheck:
+def self_check(
+    all_requests: pd.DataFrame,
+    server: pd.DataFrame,
+    run: dict[str, Any] | None = None,
+    log_warnings: list[str] | None = None,
+) -> SelfCheck:
     """Judge the run (see the module docstring for every threshold and its reason)."""
     requests = measured(all_requests)
     ok = requests[requests["ok"]]
@@ -170,29 +180,40 @@ def self_check(all_requests: pd.DataFrame, server: pd.DataFrame, run: dict[str, 
             method = "histogram"
             bounds, counts = hist
             s50 = histogram_quantile(bounds, counts, 0.5)
-            up50, up99 = histogram_quantile(bounds, counts, 0.5, True), histogram_quantile(bounds, counts, 0.99, True)
+            up50, up99 = (
+                histogram_quantile(bounds, counts, 0.5, True),
+                histogram_quantile(bounds, counts, 0.99, True),
+            )
             c50, c99 = np.percentile(client, [50, 99])
             l50 = float(c50 - up50) if up50 is not None else None
             if up99 is not None:
                 distortions = {"TTFT": (float(c99 - up99), up99)}
-            notes.append("client delay from the server's TTFT histogram: a lower bound (bucket upper edges), no floor")
+            notes.append(
+                "client delay from the server's TTFT histogram: a lower bound (bucket upper edges), no floor"
+            )
         else:
             notes.append("no server TTFT (per request or histogram): client delay not checked")
     saturated = l50 is not None and l50 > LAG_S
     if saturated:
-        reasons.append(f"the client read the typical request {l50 * 1000:.0f} ms late (lag p50 > {LAG_S * 1000:.0f} ms): "
-                       "it was saturated (or the server's HTTP layer was); add Locust workers (--workers) or "
-                       "lower the users per worker")
+        reasons.append(
+            f"the client read the typical request {l50 * 1000:.0f} ms late (lag p50 > {LAG_S * 1000:.0f} ms): "
+            "it was saturated (or the server's HTTP layer was); add Locust workers (--workers) or "
+            "lower the users per worker"
+        )
     for metric, (moved, corrected) in distortions.items():
         limit = max(LAG_S, TAIL_SHARE * corrected)
         if moved > limit and not saturated:
-            reasons.append(f"client lag moved the {metric} p99 by {moved * 1000:.0f} ms (> {limit * 1000:.0f} ms = "
-                           f"max(50 ms, 10% of {corrected * 1000:.0f} ms)): add Locust workers or lower users per worker")
+            reasons.append(
+                f"client lag moved the {metric} p99 by {moved * 1000:.0f} ms (> {limit * 1000:.0f} ms = "
+                f"max(50 ms, 10% of {corrected * 1000:.0f} ms)): add Locust workers or lower users per worker"
+            )
     lag = clean(requests["schedule_lag_s"].to_numpy(float))
     sched99 = float(np.percentile(lag, 99)) if lag.size else None
     if sched99 is not None and sched99 > SCHEDULE_LAG_S:
-        reasons.append(f"open-loop schedule lag p99 is {sched99 * 1000:.0f} ms (> {SCHEDULE_LAG_S * 1000:.0f} ms): requests "
-                       "left late, so the offered load was lower than asked; add users (slots) or workers")
+        reasons.append(
+            f"open-loop schedule lag p99 is {sched99 * 1000:.0f} ms (> {SCHEDULE_LAG_S * 1000:.0f} ms): requests "
+            "left late, so the offered load was lower than asked; add users (slots) or workers"
+        )
     cpu = cpu_warnings(run or {}, log_warnings)
     if cpu:
         reasons.append(f"the load generator warned about its CPU ({cpu[0]})")
@@ -201,5 +222,17 @@ def self_check(all_requests: pd.DataFrame, server: pd.DataFrame, run: dict[str, 
         reasons.append(f"{n_client_err} request(s) failed inside the client (client_error)")
     if ok.empty:
         reasons.append("no request succeeded: there is nothing to measure")
-    return SelfCheck(not reasons, reasons, method, floor, l50, l99, distortions.get("TTFT", (None,))[0],
-                     distortions.get("E2E", (None,))[0], s50, sched99, cpu, notes)
+    return SelfCheck(
+        not reasons,
+        reasons,
+        method,
+        floor,
+        l50,
+        l99,
+        distortions.get("TTFT", (None,))[0],
+        distortions.get("E2E", (None,))[0],
+        s50,
+        sched99,
+        cpu,
+        notes,
+    )

@@ -19,14 +19,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-COUNTERS: tuple[str, ...] = ("prefix_cache_queries_tokens", "prefix_cache_hits_tokens", "preemptions",
-                             "prompt_tokens", "generation_tokens", "requests_finished")
-GAUGES_SUMMED: tuple[str, ...] = ("kv_capacity_blocks", "kv_capacity_tokens", "requests_running", "requests_waiting")
+COUNTERS: tuple[str, ...] = (
+    "prefix_cache_queries_tokens",
+    "prefix_cache_hits_tokens",
+    "preemptions",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_finished",
+)
+GAUGES_SUMMED: tuple[str, ...] = (
+    "kv_capacity_blocks",
+    "kv_capacity_tokens",
+    "requests_running",
+    "requests_waiting",
+)
 WINDOW_S = 10.0  # trailing window for hit ratio and rates: long enough to smooth 1-s scrapes
 EDGE_SLACK_S = 2.0  # two 1-s scrapes: keeps one sample before the first send and one after the end
 
 
-def clip_to_window(server: pd.DataFrame, bounds: tuple[float, float] | None, slack_s: float = EDGE_SLACK_S) -> pd.DataFrame:
+def clip_to_window(
+    server: pd.DataFrame, bounds: tuple[float, float] | None, slack_s: float = EDGE_SLACK_S
+) -> pd.DataFrame:
     """The samples of the measurement window (plus `slack_s` each side, so the counter
     increases that cover the window's edges are kept). The exporter also scrapes the engine's
     warm-up, the calibration probes and the drain; those must not dilute KV usage or count
@@ -59,7 +72,9 @@ def select_series(server: pd.DataFrame) -> pd.DataFrame:
     if len(keys) <= 1:
         return up.reset_index(drop=True)
     agg: dict[str, Any] = {c: "sum" for c in COUNTERS + GAUGES_SUMMED if c in up.columns}
-    agg.update({"kv_usage_ratio": "mean", "kv_block_size_tokens": "first", "model": "first", "target": "first"})
+    agg.update(
+        {"kv_usage_ratio": "mean", "kv_block_size_tokens": "first", "model": "first", "target": "first"}
+    )
     out = up.groupby("time_unix", as_index=False).agg(agg)
     out["instance"] = "all"
     out["up"] = True
@@ -71,22 +86,42 @@ def timeline(server: pd.DataFrame, t0_unix: float | None = None, window_s: float
     kv_usage_ratio, kv_capacity_tokens, requests_running/waiting, preemptions_delta,
     preemptions_per_s, prefix_hit_ratio (windowed), generation_tokens_per_s (windowed)."""
     s = select_series(server)
-    cols = ["time_unix", "t_s", "kv_usage_ratio", "kv_capacity_tokens", "kv_capacity_blocks", "requests_running",
-            "requests_waiting", "preemptions", "preemptions_delta", "preemptions_per_s", "prefix_hit_ratio",
-            "generation_tokens_per_s"]
+    cols = [
+        "time_unix",
+        "t_s",
+        "kv_usage_ratio",
+        "kv_capacity_tokens",
+        "kv_capacity_blocks",
+        "requests_running",
+        "requests_waiting",
+        "preemptions",
+        "preemptions_delta",
+        "preemptions_per_s",
+        "prefix_hit_ratio",
+        "generation_tokens_per_s",
+    ]
     if s.empty:
         return pd.DataFrame(columns=cols)
     s = s.sort_values("time_unix").reset_index(drop=True)
     t0 = float(s["time_unix"].iloc[0]) if t0_unix is None else t0_unix
     out = pd.DataFrame({"time_unix": s["time_unix"], "t_s": s["time_unix"] - t0})
-    for c in ("kv_usage_ratio", "kv_capacity_tokens", "kv_capacity_blocks", "requests_running", "requests_waiting",
-              "preemptions"):
+    for c in (
+        "kv_usage_ratio",
+        "kv_capacity_tokens",
+        "kv_capacity_blocks",
+        "requests_running",
+        "requests_waiting",
+        "preemptions",
+    ):
         out[c] = pd.to_numeric(s[c], errors="coerce").astype(float)
     deltas = {c: counter_increase(s[c]).fillna(0.0) for c in COUNTERS}
     out["preemptions_delta"] = deltas["preemptions"]
     # A time-indexed rolling sum gives "increase over the trailing window" per sample.
     idx = pd.to_datetime(s["time_unix"], unit="s")
-    roll = {c: pd.Series(d.to_numpy(), index=idx).rolling(f"{window_s}s").sum().to_numpy() for c, d in deltas.items()}
+    roll = {
+        c: pd.Series(d.to_numpy(), index=idx).rolling(f"{window_s}s").sum().to_numpy()
+        for c, d in deltas.items()
+    }
     # Each delta covers the interval since the previous sample, so the window's length is the
     # rolling sum of those intervals (not last minus first time, which misses one interval).
     dt = s["time_unix"].diff().fillna(0.0).to_numpy()
@@ -149,15 +184,20 @@ def summarise_server(server: pd.DataFrame) -> ServerSummary:
     pre = counter_increase(s["preemptions"]).sum(min_count=1) if s["preemptions"].notna().any() else np.nan
     models = s["model"].dropna()
     return ServerSummary(
-        samples=len(tl), duration_s=duration, model=str(models.iloc[0]) if len(models) else None,
-        kv_capacity_tokens=_f(tl["kv_capacity_tokens"].max()), kv_capacity_blocks=_f(tl["kv_capacity_blocks"].max()),
+        samples=len(tl),
+        duration_s=duration,
+        model=str(models.iloc[0]) if len(models) else None,
+        kv_capacity_tokens=_f(tl["kv_capacity_tokens"].max()),
+        kv_capacity_blocks=_f(tl["kv_capacity_blocks"].max()),
         mean_kv_usage_ratio=_f(usage.mean()) if len(usage) else None,
         p95_kv_usage_ratio=_f(np.percentile(usage, 95)) if len(usage) else None,
         peak_kv_usage_ratio=_f(usage.max()) if len(usage) else None,
         time_above_90pct_s=_f((usage >= 0.9).sum() * interval) if interval and len(usage) else None,
         prefix_hit_ratio=_f(min(1.0, h / q)) if np.isfinite(q) and q > 0 and np.isfinite(h) else None,
-        preemptions=_f(pre), preemptions_per_s=_f(pre / duration) if duration > 0 and np.isfinite(pre) else None,
+        preemptions=_f(pre),
+        preemptions_per_s=_f(pre / duration) if duration > 0 and np.isfinite(pre) else None,
         preemption_onset_unix=preemption_onset(tl),
-        peak_requests_running=_f(tl["requests_running"].max()), peak_requests_waiting=_f(tl["requests_waiting"].max()),
+        peak_requests_running=_f(tl["requests_running"].max()),
+        peak_requests_waiting=_f(tl["requests_waiting"].max()),
         mean_requests_waiting=_f(tl["requests_waiting"].mean()),
     )

@@ -68,7 +68,9 @@ def parse_slos(text: str | None) -> Slos:
         key, sep, value = part.partition("=")
         key = key.strip().lower()
         if not sep or key not in SLO_METRICS:
-            raise ValueError(f"bad SLO {part.strip()!r}: use NAME=DURATION with NAME one of {', '.join(SLO_METRICS)}")
+            raise ValueError(
+                f"bad SLO {part.strip()!r}: use NAME=DURATION with NAME one of {', '.join(SLO_METRICS)}"
+            )
         if key in values:
             raise ValueError(f"SLO {key!r} given twice")
         seconds = parse_duration(value)
@@ -89,8 +91,10 @@ def per_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     decode = requests["e2e_s"] - requests["ttft_s"]
     tpot = (decode / (per_choice - 1)).where(per_choice >= 2)
     itl_max = requests["itl_s"].map(_max_or_nan) if "itl_s" in requests.columns else np.nan
-    return pd.DataFrame({"ttft": requests["ttft_s"], "tpot": tpot, "e2e": requests["e2e_s"], "itl": itl_max},
-                        index=requests.index)
+    return pd.DataFrame(
+        {"ttft": requests["ttft_s"], "tpot": tpot, "e2e": requests["e2e_s"], "itl": itl_max},
+        index=requests.index,
+    )
 
 
 def _max_or_nan(values) -> float:

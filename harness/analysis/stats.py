@@ -41,8 +41,9 @@ class Distribution:
 
 def clean(values: Iterable[float] | np.ndarray) -> np.ndarray:
     """Finite float values only (None, NaN and inf dropped)."""
-    arr = np.asarray([v for v in values if v is not None] if not isinstance(values, np.ndarray) else values,
-                     dtype=float)
+    arr = np.asarray(
+        [v for v in values if v is not None] if not isinstance(values, np.ndarray) else values, dtype=float
+    )
     return arr[np.isfinite(arr)]
 
 
@@ -51,8 +52,9 @@ def distribution(values: Iterable[float] | np.ndarray) -> Distribution:
     if arr.size == 0:
         return Distribution(0)
     qs = np.percentile(arr, PERCENTILES)
-    return Distribution(int(arr.size), float(arr.mean()), float(arr.min()), float(arr.max()),
-                        *(float(q) for q in qs))
+    return Distribution(
+        int(arr.size), float(arr.mean()), float(arr.min()), float(arr.max()), *(float(q) for q in qs)
+    )
 
 
 def finite_or_none(x: Any) -> Any:

@@ -58,11 +58,18 @@ def run_info(run: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
     target = run.get("target") or cfg.get("target")
     if isinstance(target, dict):
         target = target.get("url") or target.get("name")
-    return {"workload": workload, "model": model, "target": target,
-            "users": cfg.get("users", run.get("users")), "rate": cfg.get("rate", run.get("rate")),
-            "start": run.get("started_unix") or run.get("start"), "end": run.get("ended_unix") or run.get("end"),
-            "status": run.get("status"), "notes": list(run.get("notes") or []),
-            "path": str(bundle.path) if bundle.path else None}
+    return {
+        "workload": workload,
+        "model": model,
+        "target": target,
+        "users": cfg.get("users", run.get("users")),
+        "rate": cfg.get("rate", run.get("rate")),
+        "start": run.get("started_unix") or run.get("start"),
+        "end": run.get("ended_unix") or run.get("end"),
+        "status": run.get("status"),
+        "notes": list(run.get("notes") or []),
+        "path": str(bundle.path) if bundle.path else None,
+    }
 
 
 def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> dict[str, Any]:
@@ -86,8 +93,12 @@ def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> di
         "throughput": lat.throughput.to_dict(),
         "goodput": lat.goodput.to_dict(),
         "errors": lat.errors.to_dict(),
-        "lengths": {"prompt_tokens": lat.prompt_tokens.to_dict(), "output_tokens": lat.output_tokens.to_dict(),
-                    **lat.length_accuracy, "usage_sources": lat.usage_sources},
+        "lengths": {
+            "prompt_tokens": lat.prompt_tokens.to_dict(),
+            "output_tokens": lat.output_tokens.to_dict(),
+            **lat.length_accuracy,
+            "usage_sources": lat.usage_sources,
+        },
         "server": srv.to_dict(),
         "kv_bands": [r.to_dict() for r in joined.kv_bands],
         "kv_band_verdict": joined.kv_band_verdict,
@@ -107,16 +118,25 @@ def client_block(all_requests, s: dict[str, Any]) -> dict[str, Any]:
     ok = req[req["ok"]]
     tp, lat = s["throughput"], s["latency"]
     return {
-        "requests": len(req), "ok": len(ok), "failed": len(req) - len(ok), "errors_by_class": s["errors"]["by_class"],
+        "requests": len(req),
+        "ok": len(ok),
+        "failed": len(req) - len(ok),
+        "errors_by_class": s["errors"]["by_class"],
         "calibration_requests": len(all_requests) - len(req),
         "duplicate_request_ids": int(all_requests["request_id"].duplicated().sum()),
-        "window_s": tp["window_s"] if len(req) else None, "req_per_s": tp["requests_per_s"],
-        "output_tokens": int(ok["output_tokens"].fillna(0).sum()), "output_tok_per_s": tp["output_tokens_per_s"],
+        "window_s": tp["window_s"] if len(req) else None,
+        "req_per_s": tp["requests_per_s"],
+        "output_tokens": int(ok["output_tokens"].fillna(0).sum()),
+        "output_tok_per_s": tp["output_tokens_per_s"],
         **{f"{k}_s": lat[k] for k in ("ttft", "itl", "tpot", "e2e")},
         "client_overhead_ttft_s": s["client_server"]["ttft_overhead"],
         "schedule_lag_s": distribution(req["schedule_lag_s"].to_numpy(float)).to_dict(),
-        "usage_source": {str(k): int(v) for k, v in req["usage_source"].fillna("none").value_counts().items()},
-        "server_preemptions_seen_by_requests": int(pd.to_numeric(ok["server_num_preemptions"], errors="coerce").fillna(0).sum()),
+        "usage_source": {
+            str(k): int(v) for k, v in req["usage_source"].fillna("none").value_counts().items()
+        },
+        "server_preemptions_seen_by_requests": int(
+            pd.to_numeric(ok["server_num_preemptions"], errors="coerce").fillna(0).sum()
+        ),
     }
 
 
@@ -124,14 +144,24 @@ def headline_figures(s: dict[str, Any]) -> dict[str, Any]:
     """The short list people quote (keys as the harness's first summary.json, plus TPOT,
     goodput and the self-check verdict)."""
     c, srv = s["client"], s["server"]
-    out = {"requests_ok": c["ok"], "requests_failed": c["failed"], "errors_by_class": c["errors_by_class"],
-           "req_per_s": c["req_per_s"], "output_tok_per_s": c["output_tok_per_s"]}
+    out = {
+        "requests_ok": c["ok"],
+        "requests_failed": c["failed"],
+        "errors_by_class": c["errors_by_class"],
+        "req_per_s": c["req_per_s"],
+        "output_tok_per_s": c["output_tok_per_s"],
+    }
     for m in ("ttft", "itl", "tpot", "e2e"):
         out.update({f"{m}_{p}_s": s["latency"][m][p] for p in ("p50", "p99")})
-    out.update({"peak_kv_usage_ratio": srv["peak_kv_usage_ratio"], "preemptions": srv["preemptions"],
-                "prefix_hit_ratio": srv["prefix_hit_ratio"],
-                "goodput_req_per_s": s["goodput"]["requests_per_s"] if s["slos"] else None,
-                "reliable": s["reliable"]})
+    out.update(
+        {
+            "peak_kv_usage_ratio": srv["peak_kv_usage_ratio"],
+            "preemptions": srv["preemptions"],
+            "prefix_hit_ratio": srv["prefix_hit_ratio"],
+            "goodput_req_per_s": s["goodput"]["requests_per_s"] if s["slos"] else None,
+            "reliable": s["reliable"],
+        }
+    )
     return out
 
 
@@ -142,17 +172,21 @@ def _ms(x: float | None) -> str:
 def verdicts(s: dict[str, Any]) -> list[str]:
     """A few sentences a serving engineer reads first."""
     lat, tp, srv = s["latency"], s["throughput"], s["server"]
-    lines = [f"{s['requests']['ok']} of {s['requests']['total']} requests succeeded; "
-             f"{tp['requests_per_s']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s over {tp['window_s']:.1f} s.",
-             f"TTFT p50 {_ms(lat['ttft']['p50'])}, p99 {_ms(lat['ttft']['p99'])}; TPOT p50 {_ms(lat['tpot']['p50'])}, "
-             f"p99 {_ms(lat['tpot']['p99'])}; E2E p99 {_ms(lat['e2e']['p99'])}."]
+    lines = [
+        f"{s['requests']['ok']} of {s['requests']['total']} requests succeeded; "
+        f"{tp['requests_per_s']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s over {tp['window_s']:.1f} s.",
+        f"TTFT p50 {_ms(lat['ttft']['p50'])}, p99 {_ms(lat['ttft']['p99'])}; TPOT p50 {_ms(lat['tpot']['p50'])}, "
+        f"p99 {_ms(lat['tpot']['p99'])}; E2E p99 {_ms(lat['e2e']['p99'])}.",
+    ]
     if s["slos"]:
         g = s["goodput"]
         att = "n/a" if g["attainment"] is None else f"{g['attainment']:.0%}"
         lines.append(f"Goodput {g['requests_per_s']:.2f} req/s: {att} of requests met every SLO.")
     if srv.get("peak_kv_usage_ratio") is not None:
-        lines.append(f"KV usage peaked at {srv['peak_kv_usage_ratio']:.0%} (mean {srv['mean_kv_usage_ratio']:.0%}); "
-                     f"{srv['preemptions'] or 0:.0f} preemptions.")
+        lines.append(
+            f"KV usage peaked at {srv['peak_kv_usage_ratio']:.0%} (mean {srv['mean_kv_usage_ratio']:.0%}); "
+            f"{srv['preemptions'] or 0:.0f} preemptions."
+        )
     if s["kv_band_verdict"]:
         lines.append(s["kv_band_verdict"])
     if s["preemption"].get("onset_unix") is not None:

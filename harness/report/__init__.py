@@ -13,7 +13,9 @@ from pathlib import Path
 from harness.analysis.slo import Slos
 
 
-def write_report(directory: str | Path, advice_markdown: str | None = None, slos: Slos | str | None = None) -> Path:
+def write_report(
+    directory: str | Path, advice_markdown: str | None = None, slos: Slos | str | None = None
+) -> Path:
     """Write the report files into `directory`; returns the path of report.html."""
     from harness.report.build import build_document
     from harness.report.html import render_html

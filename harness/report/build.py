@@ -38,10 +38,15 @@ def run_figures(d: Path, slos: Slos) -> tuple[dict[str, Any], dict[str, str]]:
     t0 = bounds[0] if bounds else (float(tl["time_unix"].iloc[0]) if len(tl) else 0.0)
     plot_dir = d / "plots"
     made = {
-        "latency_cdf": plots.latency_cdfs(ok, per_request_metrics(ok), itl_values(ok), slos, plot_dir / "latency_cdf.png"),
-        "server_timeline": plots.server_timeline(tl, ok, t0, summary["server"]["preemption_onset_unix"],
-                                                 plot_dir / "server_timeline.png"),
-        "throughput": plots.throughput_timeline(throughput_over_time(req), tl, t0, plot_dir / "throughput.png"),
+        "latency_cdf": plots.latency_cdfs(
+            ok, per_request_metrics(ok), itl_values(ok), slos, plot_dir / "latency_cdf.png"
+        ),
+        "server_timeline": plots.server_timeline(
+            tl, ok, t0, summary["server"]["preemption_onset_unix"], plot_dir / "server_timeline.png"
+        ),
+        "throughput": plots.throughput_timeline(
+            throughput_over_time(req), tl, t0, plot_dir / "throughput.png"
+        ),
     }
     return summary, {k: str(p.relative_to(d)) for k, p in made.items() if p is not None}
 

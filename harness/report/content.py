@@ -24,34 +24,66 @@ def _when(t: Any) -> str:
 
 
 def dist_row(name: str, d: dict[str, Any]) -> list[str]:
-    return [name, str(d["count"]), ms(d["mean"]), ms(d["p50"]), ms(d["p90"]), ms(d["p95"]), ms(d["p99"]), ms(d["max"])]
+    return [
+        name,
+        str(d["count"]),
+        ms(d["mean"]),
+        ms(d["p50"]),
+        ms(d["p90"]),
+        ms(d["p95"]),
+        ms(d["p99"]),
+        ms(d["max"]),
+    ]
 
 
 DIST_HEADERS = ["metric", "n", "mean ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "max ms"]
 
 
-def run_document(s: dict[str, Any], figures: dict[str, str], advice_markdown: str | None,
-                 advice_json: dict[str, Any] | None) -> Document:
+def run_document(
+    s: dict[str, Any],
+    figures: dict[str, str],
+    advice_markdown: str | None,
+    advice_json: dict[str, Any] | None,
+) -> Document:
     info = s["run"]
     load = f"rate {info['rate']}/s" if info.get("rate") else f"{info.get('users') or '?'} users"
-    doc = Document(f"kvscope report: {info.get('workload') or 'run'} on {info.get('model') or 'unknown model'}",
-                   [f"target {info.get('target') or '?'} · {load} · started {_when(info.get('start'))}",
-                    f"bundle {info.get('path') or '?'}"])
+    doc = Document(
+        f"kvscope report: {info.get('workload') or 'run'} on {info.get('model') or 'unknown model'}",
+        [
+            f"target {info.get('target') or '?'} · {load} · started {_when(info.get('start'))}",
+            f"bundle {info.get('path') or '?'}",
+        ],
+    )
     doc.section("Advice").blocks += advice_blocks(advice_markdown, advice_json)
 
     check = s["selfcheck"]
     sec = doc.section("Measurement self-check")
     if s["reliable"]:
-        sec.blocks.append(Para("Reliable: the client kept up (no sign it distorted the numbers).", strong=True))
+        sec.blocks.append(
+            Para("Reliable: the client kept up (no sign it distorted the numbers).", strong=True)
+        )
     else:
-        sec.blocks += [Para("UNRELIABLE: the client distorted these numbers.", strong=True), Bullets(check["reasons"])]
-    sec.blocks.append(Table(["check", "value"], [
-        ["method", check["method"]], ["client delay floor (network + parsing)", f"{ms(check['delay_floor_s'])} ms"],
-        ["client lag p50 / p99 (above the floor)", f"{ms(check['lag_p50_s'])} / {ms(check['lag_p99_s'])} ms"],
-        ["TTFT p99 moved by the client", f"{ms(check['ttft_p99_distortion_s'])} ms"],
-        ["E2E p99 moved by the client", f"{ms(check['e2e_p99_distortion_s'])} ms"],
-        ["open-loop schedule lag p99", f"{ms(check['schedule_lag_p99_s'])} ms"],
-        ["load-generator CPU warnings", str(len(check["cpu_warnings"]))]]))
+        sec.blocks += [
+            Para("UNRELIABLE: the client distorted these numbers.", strong=True),
+            Bullets(check["reasons"]),
+        ]
+    sec.blocks.append(
+        Table(
+            ["check", "value"],
+            [
+                ["method", check["method"]],
+                ["client delay floor (network + parsing)", f"{ms(check['delay_floor_s'])} ms"],
+                [
+                    "client lag p50 / p99 (above the floor)",
+                    f"{ms(check['lag_p50_s'])} / {ms(check['lag_p99_s'])} ms",
+                ],
+                ["TTFT p99 moved by the client", f"{ms(check['ttft_p99_distortion_s'])} ms"],
+                ["E2E p99 moved by the client", f"{ms(check['e2e_p99_distortion_s'])} ms"],
+                ["open-loop schedule lag p99", f"{ms(check['schedule_lag_p99_s'])} ms"],
+                ["load-generator CPU warnings", str(len(check["cpu_warnings"]))],
+            ],
+        )
+    )
     if check["notes"]:
         sec.blocks.append(Bullets(check["notes"]))
     if info.get("notes") or info.get("status") not in (None, "completed"):
@@ -61,20 +93,30 @@ def run_document(s: dict[str, Any], figures: dict[str, str], advice_markdown: st
     doc.section("Summary").blocks.append(Bullets(s["verdicts"]))
 
     lat = doc.section("Latency")
-    lat.blocks.append(Table(DIST_HEADERS, [dist_row(label, s["latency"][k]) for k, label in LATENCY_ROWS],
-                            "successful requests; TPOT = (E2E - TTFT) / (output tokens per choice - 1)"))
+    lat.blocks.append(
+        Table(
+            DIST_HEADERS,
+            [dist_row(label, s["latency"][k]) for k, label in LATENCY_ROWS],
+            "successful requests; TPOT = (E2E - TTFT) / (output tokens per choice - 1)",
+        )
+    )
     if "latency_cdf" in figures:
         lat.blocks.append(Image(figures["latency_cdf"], "latency CDFs"))
 
     tp, g = s["throughput"], s["goodput"]
     sec = doc.section("Throughput and goodput")
-    rows = [["window (first send to last completion)", f"{num(tp['window_s'], 1)} s"],
-            ["requests/s (successful)", num(tp["requests_per_s"])],
-            ["output tokens/s", num(tp["output_tokens_per_s"], 1)], ["prompt tokens/s", num(tp["prompt_tokens_per_s"], 1)]]
+    rows = [
+        ["window (first send to last completion)", f"{num(tp['window_s'], 1)} s"],
+        ["requests/s (successful)", num(tp["requests_per_s"])],
+        ["output tokens/s", num(tp["output_tokens_per_s"], 1)],
+        ["prompt tokens/s", num(tp["prompt_tokens_per_s"], 1)],
+    ]
     if s["slos"]:
-        rows += [["SLOs", ", ".join(f"{k} ≤ {v * 1000:g} ms" for k, v in s["slos"].items())],
-                 ["goodput (requests/s meeting every SLO)", num(g["requests_per_s"])],
-                 ["SLO attainment", f"{pct(g['attainment'])} ({g['requests_meeting']} of {g['requests_total']})"]]
+        rows += [
+            ["SLOs", ", ".join(f"{k} ≤ {v * 1000:g} ms" for k, v in s["slos"].items())],
+            ["goodput (requests/s meeting every SLO)", num(g["requests_per_s"])],
+            ["SLO attainment", f"{pct(g['attainment'])} ({g['requests_meeting']} of {g['requests_total']})"],
+        ]
     sec.blocks.append(Table(["quantity", "value"], rows))
     if "throughput" in figures:
         sec.blocks.append(Image(figures["throughput"], "throughput over time"))
@@ -82,61 +124,141 @@ def run_document(s: dict[str, Any], figures: dict[str, str], advice_markdown: st
     srv = s["server"]
     sec = doc.section("Server and KV cache")
     if srv["samples"]:
-        sec.blocks.append(Table(["quantity", "value"], [
-            ["model (as the server names it)", str(srv["model"])],
-            ["KV capacity", f"{num(srv['kv_capacity_tokens'], 0)} tokens ({num(srv['kv_capacity_blocks'], 0)} blocks)"],
-            ["KV usage mean / p95 / max", f"{pct(srv['mean_kv_usage_ratio'])} / {pct(srv['p95_kv_usage_ratio'])} / {pct(srv['peak_kv_usage_ratio'])}"],
-            ["time with KV usage ≥ 90%", f"{num(srv['time_above_90pct_s'], 0)} s"],
-            ["prefix-cache hit ratio (run)", pct(srv["prefix_hit_ratio"])],
-            ["preemptions (run) / per second", f"{num(srv['preemptions'], 0)} / {num(srv['preemptions_per_s'], 3)}"],
-            ["running max / waiting max / waiting mean",
-             f"{num(srv['peak_requests_running'], 0)} / {num(srv['peak_requests_waiting'], 0)} / {num(srv['mean_requests_waiting'], 1)}"]]))
+        sec.blocks.append(
+            Table(
+                ["quantity", "value"],
+                [
+                    ["model (as the server names it)", str(srv["model"])],
+                    [
+                        "KV capacity",
+                        f"{num(srv['kv_capacity_tokens'], 0)} tokens ({num(srv['kv_capacity_blocks'], 0)} blocks)",
+                    ],
+                    [
+                        "KV usage mean / p95 / max",
+                        f"{pct(srv['mean_kv_usage_ratio'])} / {pct(srv['p95_kv_usage_ratio'])} / {pct(srv['peak_kv_usage_ratio'])}",
+                    ],
+                    ["time with KV usage ≥ 90%", f"{num(srv['time_above_90pct_s'], 0)} s"],
+                    ["prefix-cache hit ratio (run)", pct(srv["prefix_hit_ratio"])],
+                    [
+                        "preemptions (run) / per second",
+                        f"{num(srv['preemptions'], 0)} / {num(srv['preemptions_per_s'], 3)}",
+                    ],
+                    [
+                        "running max / waiting max / waiting mean",
+                        f"{num(srv['peak_requests_running'], 0)} / {num(srv['peak_requests_waiting'], 0)} / {num(srv['mean_requests_waiting'], 1)}",
+                    ],
+                ],
+            )
+        )
         if "server_timeline" in figures:
-            sec.blocks.append(Image(figures["server_timeline"], "KV usage, queue and preemptions over time with TTFT"))
+            sec.blocks.append(
+                Image(figures["server_timeline"], "KV usage, queue and preemptions over time with TTFT")
+            )
     else:
-        sec.blocks.append(Para("No server samples were recorded (the exporter did not run or the target was down)."))
+        sec.blocks.append(
+            Para("No server samples were recorded (the exporter did not run or the target was down).")
+        )
 
     sec = doc.section("Preemptions and latency")
     pre = s["preemption"]
     sec.blocks.append(Para(pre["verdict"], strong=pre.get("onset_unix") is not None))
     if pre.get("onset_unix") is not None:
-        sec.blocks.append(Table(["requests sent", "n", "TTFT p50 ms", "TTFT p99 ms", "E2E p99 ms"], [
-            ["before preemptions began", str(pre["before"]["count"]), ms(pre["before"]["p50"]), ms(pre["before"]["p99"]),
-             ms(pre["e2e_before"]["p99"])],
-            ["after", str(pre["after"]["count"]), ms(pre["after"]["p50"]), ms(pre["after"]["p99"]), ms(pre["e2e_after"]["p99"])]],
-            f"onset: first sample whose preemption counter increased, {_when(pre['onset_unix'])}"))
+        sec.blocks.append(
+            Table(
+                ["requests sent", "n", "TTFT p50 ms", "TTFT p99 ms", "E2E p99 ms"],
+                [
+                    [
+                        "before preemptions began",
+                        str(pre["before"]["count"]),
+                        ms(pre["before"]["p50"]),
+                        ms(pre["before"]["p99"]),
+                        ms(pre["e2e_before"]["p99"]),
+                    ],
+                    [
+                        "after",
+                        str(pre["after"]["count"]),
+                        ms(pre["after"]["p50"]),
+                        ms(pre["after"]["p99"]),
+                        ms(pre["e2e_after"]["p99"]),
+                    ],
+                ],
+                f"onset: first sample whose preemption counter increased, {_when(pre['onset_unix'])}",
+            )
+        )
 
     if s["kv_bands"]:
         sec = doc.section("Latency by KV usage at send time")
         if s["kv_band_verdict"]:
             sec.blocks.append(Para(s["kv_band_verdict"], strong=True))
-        sec.blocks.append(Table(
-            ["KV usage", "requests", "failed", "TTFT p50 ms", "TTFT p99 ms", "TPOT p99 ms", "E2E p99 ms"],
-            [[b["band"], str(b["requests"]), str(b["failed"]), ms(b["ttft"]["p50"]), ms(b["ttft"]["p99"]),
-              ms(b["tpot"]["p99"]), ms(b["e2e"]["p99"])] for b in s["kv_bands"]],
-            "each request joined to the last server sample at or before its send (merge_asof)"))
+        sec.blocks.append(
+            Table(
+                ["KV usage", "requests", "failed", "TTFT p50 ms", "TTFT p99 ms", "TPOT p99 ms", "E2E p99 ms"],
+                [
+                    [
+                        b["band"],
+                        str(b["requests"]),
+                        str(b["failed"]),
+                        ms(b["ttft"]["p50"]),
+                        ms(b["ttft"]["p99"]),
+                        ms(b["tpot"]["p99"]),
+                        ms(b["e2e"]["p99"]),
+                    ]
+                    for b in s["kv_bands"]
+                ],
+                "each request joined to the last server sample at or before its send (merge_asof)",
+            )
+        )
 
     cs = s["client_server"]
     if cs["available"]:
-        doc.section("Client vs server timing").blocks.append(Table(DIST_HEADERS, [
-            dist_row("client TTFT - server TTFT", cs["ttft_overhead"]), dist_row("client E2E - server E2E", cs["e2e_overhead"]),
-            dist_row("server queue time", cs["server_queue"]), dist_row("TTFT, preempted requests", cs["ttft_preempted"]),
-            dist_row("TTFT, never preempted", cs["ttft_not_preempted"])],
-            f"per request, from the server's own timings; median queue share of TTFT {pct(cs['queue_share_of_ttft_median'])}"))
+        doc.section("Client vs server timing").blocks.append(
+            Table(
+                DIST_HEADERS,
+                [
+                    dist_row("client TTFT - server TTFT", cs["ttft_overhead"]),
+                    dist_row("client E2E - server E2E", cs["e2e_overhead"]),
+                    dist_row("server queue time", cs["server_queue"]),
+                    dist_row("TTFT, preempted requests", cs["ttft_preempted"]),
+                    dist_row("TTFT, never preempted", cs["ttft_not_preempted"]),
+                ],
+                f"per request, from the server's own timings; median queue share of TTFT {pct(cs['queue_share_of_ttft_median'])}",
+            )
+        )
 
     err = s["errors"]
     sec = doc.section("Errors")
     if err["failed"]:
-        sec.blocks.append(Table(["error class", "requests", "example message"],
-                                [[k, str(v), err["examples"].get(k, "")] for k, v in err["by_class"].items()],
-                                f"{err['failed']} of {err['total']} failed ({pct(err['error_rate'])})"))
+        sec.blocks.append(
+            Table(
+                ["error class", "requests", "example message"],
+                [[k, str(v), err["examples"].get(k, "")] for k, v in err["by_class"].items()],
+                f"{err['failed']} of {err['total']} failed ({pct(err['error_rate'])})",
+            )
+        )
     else:
         sec.blocks.append(Para(f"No errors in {err['total']} requests."))
 
     ln = s["lengths"]
-    doc.section("Request lengths").blocks.append(Table(DIST_HEADERS[:2] + ["mean", "p50", "p90", "p99", "max"], [
-        [name, str(d["count"]), num(d["mean"], 1), num(d["p50"], 0), num(d["p90"], 0), num(d["p99"], 0), num(d["max"], 0)]
-        for name, d in (("prompt tokens", ln["prompt_tokens"]), ("output tokens", ln["output_tokens"]))],
-        f"achieved / target, median: prompt {num(ln.get('prompt_median_ratio'))}, output {num(ln.get('output_median_ratio'))}; "
-        f"token counts from: {', '.join(f'{k} {v}' for k, v in ln['usage_sources'].items()) or '–'}"))
+    doc.section("Request lengths").blocks.append(
+        Table(
+            DIST_HEADERS[:2] + ["mean", "p50", "p90", "p99", "max"],
+            [
+                [
+                    name,
+                    str(d["count"]),
+                    num(d["mean"], 1),
+                    num(d["p50"], 0),
+                    num(d["p90"], 0),
+                    num(d["p99"], 0),
+                    num(d["max"], 0),
+                ]
+                for name, d in (
+                    ("prompt tokens", ln["prompt_tokens"]),
+                    ("output tokens", ln["output_tokens"]),
+                )
+            ],
+            f"achieved / target, median: prompt {num(ln.get('prompt_median_ratio'))}, output {num(ln.get('output_median_ratio'))}; "
+            f"token counts from: {', '.join(f'{k} {v}' for k, v in ln['usage_sources'].items()) or '–'}",
+        )
+    )
     return doc

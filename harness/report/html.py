@@ -111,7 +111,11 @@ def render_html(doc: Document, base: Path) -> str:
         body.append(f"<h2>{esc(section.title)}</h2>")
         for block in section.blocks:
             if isinstance(block, Para):
-                body.append(f'<p class="strong">{esc(block.text)}</p>' if block.strong else f"<p>{esc(block.text)}</p>")
+                body.append(
+                    f'<p class="strong">{esc(block.text)}</p>'
+                    if block.strong
+                    else f"<p>{esc(block.text)}</p>"
+                )
             elif isinstance(block, Bullets):
                 body.append("<ul>" + "".join(f"<li>{esc(i)}</li>" for i in block.items) + "</ul>")
             elif isinstance(block, Table):
@@ -120,6 +124,10 @@ def render_html(doc: Document, base: Path) -> str:
                 body.append(_image(block, base))
             elif isinstance(block, AdvisorMarkdown):
                 body.append(markdown_to_html(block.text))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">"
-            f"<title>{esc(doc.title)}</title><style>{STYLE}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">"
+        f"<title>{esc(doc.title)}</title><style>{STYLE}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )

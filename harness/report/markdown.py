@@ -46,8 +46,10 @@ def render_markdown(doc: Document) -> str:
             elif isinstance(block, Table):
                 if block.caption:
                     out += [f"*{text(block.caption)}*", ""]
-                out += ["| " + " | ".join(cell(h) for h in block.headers) + " |",
-                        "|" + "|".join("---" for _ in block.headers) + "|"]
+                out += [
+                    "| " + " | ".join(cell(h) for h in block.headers) + " |",
+                    "|" + "|".join("---" for _ in block.headers) + "|",
+                ]
                 out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in block.rows] + [""]
             elif isinstance(block, Image):
                 out += [f"![{cell(block.alt)}]({block.file})", ""]

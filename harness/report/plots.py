@@ -47,7 +47,9 @@ def _cdf(ax: Any, values: np.ndarray, title: str, slo: float | None) -> None:
     ax.legend(fontsize=8, loc="lower right")
 
 
-def latency_cdfs(ok: pd.DataFrame, metrics: pd.DataFrame, itl: np.ndarray, slos: Slos, path: Path) -> Path | None:
+def latency_cdfs(
+    ok: pd.DataFrame, metrics: pd.DataFrame, itl: np.ndarray, slos: Slos, path: Path
+) -> Path | None:
     """CDFs of TTFT, TPOT, ITL (every gap) and E2E of successful requests."""
     if ok.empty:
         return None
@@ -72,7 +74,9 @@ def _ttft_overlay(ax: Any, ok: pd.DataFrame, t0: float) -> None:
     twin.tick_params(axis="y", colors="tab:red")
 
 
-def server_timeline(tl: pd.DataFrame, ok: pd.DataFrame, t0: float, onset: float | None, path: Path) -> Path | None:
+def server_timeline(
+    tl: pd.DataFrame, ok: pd.DataFrame, t0: float, onset: float | None, path: Path
+) -> Path | None:
     """KV usage (+ prefix hit ratio), running/waiting and preemptions over time, TTFT overlaid."""
     if tl.empty:
         return None
@@ -81,7 +85,9 @@ def server_timeline(tl: pd.DataFrame, ok: pd.DataFrame, t0: float, onset: float 
     ax_kv, ax_q, ax_p = fig.subplots(3, 1, sharex=True)
     ax_kv.plot(t, tl["kv_usage_ratio"] * 100.0, label="KV usage %")
     if tl["prefix_hit_ratio"].notna().any():
-        ax_kv.plot(t, tl["prefix_hit_ratio"] * 100.0, linestyle="--", label="prefix hit ratio % (10 s window)")
+        ax_kv.plot(
+            t, tl["prefix_hit_ratio"] * 100.0, linestyle="--", label="prefix hit ratio % (10 s window)"
+        )
     ax_kv.set_ylim(0, 105)
     ax_kv.set_ylabel("%")
     ax_kv.set_title("KV cache usage, with each request's TTFT at its send time")
@@ -114,11 +120,22 @@ def throughput_timeline(tp: pd.DataFrame, tl: pd.DataFrame, t0: float, path: Pat
     ax = fig.subplots()
     ax.step(tp["t_s"], tp["output_tokens_per_s"], where="post", label="output tok/s (client, by completion)")
     if not tl.empty and tl["generation_tokens_per_s"].notna().any():
-        ax.plot(tl["time_unix"] - t0, tl["generation_tokens_per_s"], label="generation tok/s (server, 10 s window)")
+        ax.plot(
+            tl["time_unix"] - t0,
+            tl["generation_tokens_per_s"],
+            label="generation tok/s (server, 10 s window)",
+        )
     ax.set_ylabel("tokens / s")
     ax.set_xlabel("seconds from the first request")
     twin = ax.twinx()
-    twin.step(tp["t_s"], tp["requests_per_s"], where="post", color="tab:green", alpha=0.6, label="requests/s completed")
+    twin.step(
+        tp["t_s"],
+        tp["requests_per_s"],
+        where="post",
+        color="tab:green",
+        alpha=0.6,
+        label="requests/s completed",
+    )
     twin.set_ylabel("requests / s", color="tab:green")
     ax.grid(alpha=0.3)
     lines = ax.get_legend_handles_labels()
@@ -128,24 +145,40 @@ def throughput_timeline(tp: pd.DataFrame, tl: pd.DataFrame, t0: float, path: Pat
     return _save(fig, path)
 
 
-def sweep_curve(table: pd.DataFrame, knee_index: int | None, best_index: int | None, slos: Slos, path: Path) -> Path | None:
+def sweep_curve(
+    table: pd.DataFrame, knee_index: int | None, best_index: int | None, slos: Slos, path: Path
+) -> Path | None:
     """Achieved output tokens/s against TTFT p99 and E2E p99, one marker per point, labelled by load."""
     if table.empty:
         return None
     fig = Figure(figsize=(10, 5), layout="constrained")
     ax_t, ax_e = fig.subplots(1, 2)
     x = table["output_tokens_per_s"].to_numpy(float)
-    for ax, col, name, slo in ((ax_t, "ttft_p99_s", "TTFT p99", slos.ttft), (ax_e, "e2e_p99_s", "E2E p99", slos.e2e)):
+    for ax, col, name, slo in (
+        (ax_t, "ttft_p99_s", "TTFT p99", slos.ttft),
+        (ax_e, "e2e_p99_s", "E2E p99", slos.e2e),
+    ):
         y = table[col].to_numpy(float) * 1000.0
         ax.plot(x, y, marker="o")
         for xi, yi, label in zip(x, y, table["load_label"]):
             ax.annotate(str(label), (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
         if knee_index is not None:
-            ax.scatter([x[knee_index]], [y[knee_index]], s=160, facecolors="none", edgecolors="red", label="knee")
+            ax.scatter(
+                [x[knee_index]], [y[knee_index]], s=160, facecolors="none", edgecolors="red", label="knee"
+            )
         if best_index is not None:
-            ax.scatter([x[best_index]], [y[best_index]], s=80, marker="*", color="green", label="highest load meeting SLOs")
+            ax.scatter(
+                [x[best_index]],
+                [y[best_index]],
+                s=80,
+                marker="*",
+                color="green",
+                label="highest load meeting SLOs",
+            )
         if slo is not None:
-            ax.axhline(slo * 1000.0, color="red", linestyle="--", linewidth=1, label=f"SLO {slo * 1000:.0f} ms")
+            ax.axhline(
+                slo * 1000.0, color="red", linestyle="--", linewidth=1, label=f"SLO {slo * 1000:.0f} ms"
+            )
         ax.set_xlabel("achieved output tokens / s")
         ax.set_ylabel(f"{name} (ms)")
         ax.set_title(f"Throughput vs {name}")

@@ -33,25 +33,29 @@ FP8_MIN_CUDA_CAPABILITY = (8, 9)
 class AttentionBackend(Protocol):
     name: str
 
-    def write_kv(self, key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache,
-                 slot_mapping: torch.Tensor) -> None: ...
+    def write_kv(
+        self, key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_mapping: torch.Tensor
+    ) -> None: ...
 
-    def attention(self, query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata,
-                  scale: float) -> torch.Tensor: ...
+    def attention(
+        self, query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float
+    ) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True, slots=True)
 class TorchAttentionBackend:
     name: str = "torch"
 
-    def write_kv(self, key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache,
-                 slot_mapping: torch.Tensor) -> None:
+    def write_kv(
+        self, key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_mapping: torch.Tensor
+    ) -> None:
         from reference_engine.attention.torch_backend import write_kv
 
         write_kv(key, value, cache, slot_mapping)
 
-    def attention(self, query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata,
-                  scale: float) -> torch.Tensor:
+    def attention(
+        self, query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float
+    ) -> torch.Tensor:
         from reference_engine.attention.torch_backend import paged_attention
 
         return paged_attention(query, cache, meta, scale)
@@ -64,14 +68,16 @@ class TritonAttentionBackend:
 
     name: str = "triton"
 
-    def write_kv(self, key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache,
-                 slot_mapping: torch.Tensor) -> None:
+    def write_kv(
+        self, key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_mapping: torch.Tensor
+    ) -> None:
         from reference_engine.attention.triton_write import triton_write_kv
 
         triton_write_kv(key, value, cache, slot_mapping)
 
-    def attention(self, query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata,
-                  scale: float) -> torch.Tensor:
+    def attention(
+        self, query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float
+    ) -> torch.Tensor:
         if meta.max_query_len == 1:
             from reference_engine.attention.triton_decode import paged_decode
 
@@ -97,7 +103,10 @@ def get_attention_backend(name: str, device: str | torch.device) -> AttentionBac
 
 
 def validate_attention_config(
-    backend: str | AttentionBackend, block_size: int, head_dim: int, kv_cache_dtype: str,
+    backend: str | AttentionBackend,
+    block_size: int,
+    head_dim: int,
+    kv_cache_dtype: str,
     device: str | torch.device,
 ) -> None:
     """Raise ConfigError unless `backend` (a setting or a backend object) can serve this cache
@@ -112,16 +121,23 @@ def validate_attention_config(
     if name == "torch":
         return
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ConfigError(f"the triton attention backend needs a CUDA device (got {device}); "
-                              "use attention_backend='torch' (or TRITON_INTERPRET=1 to test kernels on CPU)")
+        raise ConfigError(
+            f"the triton attention backend needs a CUDA device (got {device}); "
+            "use attention_backend='torch' (or TRITON_INTERPRET=1 to test kernels on CPU)"
+        )
     if block_size not in TRITON_BLOCK_SIZES:
-        raise ConfigError(f"the triton attention backend supports block sizes {TRITON_BLOCK_SIZES}, got {block_size}")
+        raise ConfigError(
+            f"the triton attention backend supports block sizes {TRITON_BLOCK_SIZES}, got {block_size}"
+        )
     if head_dim not in TRITON_HEAD_DIMS:
-        raise ConfigError(f"the triton attention backend supports head sizes {TRITON_HEAD_DIMS}, got {head_dim}; "
-                          "use attention_backend='torch'")
+        raise ConfigError(
+            f"the triton attention backend supports head sizes {TRITON_HEAD_DIMS}, got {head_dim}; "
+            "use attention_backend='torch'"
+        )
     if kv_cache_dtype == "fp8" and device.type == "cuda":
         capability = torch.cuda.get_device_capability(device)
         if capability < FP8_MIN_CUDA_CAPABILITY:
             raise ConfigError(
                 f"kv_cache_dtype='fp8' with the triton backend needs CUDA compute capability >= 8.9 "
-                f"(Ada/Hopper); this GPU has {capability[0]}.{capability[1]}. Use kv_cache_dtype='int8' instead")
+                f"(Ada/Hopper); this GPU has {capability[0]}.{capability[1]}. Use kv_cache_dtype='int8' instead"
+            )

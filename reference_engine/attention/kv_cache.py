@@ -45,8 +45,13 @@ class LayerKVCache:
 
 
 def allocate_kv_caches(
-    num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-    model_dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
+    num_layers: int,
+    num_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    model_dtype: torch.dtype | str = torch.float32,
+    device: str | torch.device = "cpu",
     kv_cache_dtype: str = "auto",
 ) -> list[LayerKVCache]:
     """Zeroed caches for every layer. `model_dtype` (a torch dtype or its name) is what `auto` stores.
@@ -59,8 +64,9 @@ def allocate_kv_caches(
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     caches = []
     for _ in range(num_layers):
-        cache = LayerKVCache(torch.zeros(shape, dtype=storage, device=device),
-                             torch.zeros(shape, dtype=storage, device=device))
+        cache = LayerKVCache(
+            torch.zeros(shape, dtype=storage, device=device), torch.zeros(shape, dtype=storage, device=device)
+        )
         if quant == KVQuant.FP8_PER_TENSOR:
             cache.k_scale = torch.ones(1, dtype=torch.float32, device=device)
             cache.v_scale = torch.ones(1, dtype=torch.float32, device=device)
@@ -72,8 +78,12 @@ def allocate_kv_caches(
 
 
 def kv_cache_bytes_per_block(
-    num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,
-    kv_cache_dtype: str, model_dtype: torch.dtype | str,
+    num_layers: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    kv_cache_dtype: str,
+    model_dtype: torch.dtype | str,
 ) -> int:
     """Bytes one block costs across all layers, K and V, per-block scales included.
 

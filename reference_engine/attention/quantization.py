@@ -57,7 +57,9 @@ class KVQuant(IntEnum):
 
 def check_kv_cache_dtype(kv_cache_dtype: str) -> None:
     if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise ConfigError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
+        raise ConfigError(
+            f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}"
+        )
 
 
 def as_model_dtype(dtype: torch.dtype | str) -> torch.dtype:
@@ -121,7 +123,10 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
 
 
 def calibrate_fp8_scales(
-    cache: LayerKVCache, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor,
+    cache: LayerKVCache,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    slot_mapping: torch.Tensor,
 ) -> None:
     """Set an fp8 cache's per-tensor scales from its first write; later writes leave them alone.
 

@@ -41,7 +41,9 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_m
             data[blocks, offsets] = x.to(data.dtype)
 
 
-def gather_kv(cache: LayerKVCache, block_table: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+def gather_kv(
+    cache: LayerKVCache, block_table: torch.Tensor, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The first `seq_len` tokens of one sequence's K and V, `[seq_len, num_kv_heads, head_dim]`, fp32."""
     block_size = cache.block_size
     num_blocks = (seq_len + block_size - 1) // block_size
@@ -55,7 +57,9 @@ def gather_kv(cache: LayerKVCache, block_table: torch.Tensor, seq_len: int) -> t
     return out[0], out[1]
 
 
-def paged_attention(query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+def paged_attention(
+    query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
     """Causal attention of `query` `[T, num_heads, head_dim]` over each sequence's paged context.
 
     Query row i of sequence b sits at position `seq_len_b - query_len_b + i` and sees

@@ -35,13 +35,35 @@ _MAX_SPLITS = 32
 
 @triton.jit
 def _decode_split_kernel(
-    q_ptr, k_ptr, v_ptr, k_scale_ptr, v_scale_ptr, block_tables_ptr, seq_lens_ptr, q_start_ptr,
-    part_out_ptr, part_lse_ptr, qk_scale,
-    stride_qt, stride_qh, stride_bt,
-    stride_page, stride_tok, stride_head, s_stride_page, s_stride_tok, s_stride_head,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    QUANT: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    q_start_ptr,
+    part_out_ptr,
+    part_lse_ptr,
+    qk_scale,
+    stride_qt,
+    stride_qh,
+    stride_bt,
+    stride_page,
+    stride_tok,
+    stride_head,
+    s_stride_page,
+    s_stride_tok,
+    s_stride_head,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    QUANT: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -54,8 +76,11 @@ def _decode_split_kernel(
     row_mask = rows < GROUP
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     d_mask = offs_d < HEAD_DIM
-    q = tl.load(q_ptr + token * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=row_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
+    q = tl.load(
+        q_ptr + token * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=row_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    ).to(tl.float32)
     q = (q * qk_scale).to(DOT_DTYPE)
 
     tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), NUM_SPLITS)
@@ -69,10 +94,40 @@ def _decode_split_kernel(
         kv_pos = start + tl.arange(0, BLOCK_N)
         kv_mask = kv_pos < kv_end
         page, in_page = kv_page_offsets(table_row, kv_pos, kv_mask, BLOCK_SIZE)
-        k = load_kv_tile(k_ptr, k_scale_ptr, page, in_page, kv_mask, kv_head, offs_d, d_mask,
-                         stride_page, stride_tok, stride_head, s_stride_page, s_stride_tok, s_stride_head, QUANT)
-        v = load_kv_tile(v_ptr, v_scale_ptr, page, in_page, kv_mask, kv_head, offs_d, d_mask,
-                         stride_page, stride_tok, stride_head, s_stride_page, s_stride_tok, s_stride_head, QUANT)
+        k = load_kv_tile(
+            k_ptr,
+            k_scale_ptr,
+            page,
+            in_page,
+            kv_mask,
+            kv_head,
+            offs_d,
+            d_mask,
+            stride_page,
+            stride_tok,
+            stride_head,
+            s_stride_page,
+            s_stride_tok,
+            s_stride_head,
+            QUANT,
+        )
+        v = load_kv_tile(
+            v_ptr,
+            v_scale_ptr,
+            page,
+            in_page,
+            kv_mask,
+            kv_head,
+            offs_d,
+            d_mask,
+            stride_page,
+            stride_tok,
+            stride_head,
+            s_stride_page,
+            s_stride_tok,
+            s_stride_head,
+            QUANT,
+        )
         scores = tl.dot(q, tl.trans(k.to(DOT_DTYPE)))
         scores = tl.where(kv_mask[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
@@ -86,14 +141,24 @@ def _decode_split_kernel(
     safe_denom = tl.maximum(denom, 1e-30)
     part = (seq * (GROUP * tl.num_programs(1)) + heads) * NUM_SPLITS + split
     tl.store(part_lse_ptr + part, m + tl.log2(safe_denom), mask=row_mask)
-    tl.store(part_out_ptr + part[:, None] * HEAD_DIM_PAD + offs_d[None, :], acc / safe_denom[:, None],
-             mask=row_mask[:, None])
+    tl.store(
+        part_out_ptr + part[:, None] * HEAD_DIM_PAD + offs_d[None, :],
+        acc / safe_denom[:, None],
+        mask=row_mask[:, None],
+    )
 
 
 @triton.jit
 def _decode_reduce_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr, q_start_ptr, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    part_out_ptr,
+    part_lse_ptr,
+    out_ptr,
+    q_start_ptr,
+    stride_ot,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -104,11 +169,16 @@ def _decode_reduce_kernel(
     parts = tl.load(part_out_ptr + part[:, None] * HEAD_DIM_PAD + offs_d[None, :])
     out = tl.sum(weight[:, None] * parts, axis=0) / tl.sum(weight, axis=0)
     token = tl.load(q_start_ptr + seq).to(tl.int64)
-    tl.store(out_ptr + token * stride_ot + head * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty),
-             mask=offs_d < HEAD_DIM)
+    tl.store(
+        out_ptr + token * stride_ot + head * stride_oh + offs_d,
+        out.to(out_ptr.dtype.element_ty),
+        mask=offs_d < HEAD_DIM,
+    )
 
 
-def _num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int, device: torch.device) -> int:
+def _num_splits(
+    num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int, device: torch.device
+) -> int:
     """Enough stage-1 programs to fill the GPU about four times over, as a power of two.
 
     Powers of two bound how many kernel variants NUM_SPLITS compiles; no split is made
@@ -123,8 +193,12 @@ def _num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int
 
 
 def paged_decode(
-    query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float,
-    num_splits: int | None = None, block_n: int | None = None,
+    query: torch.Tensor,
+    cache: LayerKVCache,
+    meta: AttentionMetadata,
+    scale: float,
+    num_splits: int | None = None,
+    block_n: int | None = None,
 ) -> torch.Tensor:
     """Attention of one query token per sequence, `query` `[T, num_heads, head_dim]` -> same shape.
 
@@ -135,26 +209,51 @@ def paged_decode(
     num_seqs, num_heads = meta.num_seqs, query.shape[1]
     group = num_heads // kv.num_kv_heads
     block_n = block_n or (64 if kv.head_dim_pad <= 64 else 32)
-    splits = triton.next_power_of_2(num_splits or _num_splits(
-        num_seqs, kv.num_kv_heads, meta.max_seq_len, block_n, query.device))
+    splits = triton.next_power_of_2(
+        num_splits or _num_splits(num_seqs, kv.num_kv_heads, meta.max_seq_len, block_n, query.device)
+    )
     # Decode-only batches have query_start_loc = 0..B, so rows B.. are padding; zeroing just
     # those spares a memset of the whole output.
     out = torch.empty_like(query)
     out[num_seqs:].zero_()
     if num_seqs == 0:
         return out
-    part_out = torch.empty((num_seqs, num_heads, splits, kv.head_dim_pad), dtype=torch.float32, device=query.device)
+    part_out = torch.empty(
+        (num_seqs, num_heads, splits, kv.head_dim_pad), dtype=torch.float32, device=query.device
+    )
     part_lse = torch.empty((num_seqs, num_heads, splits), dtype=torch.float32, device=query.device)
     _decode_split_kernel[(num_seqs, kv.num_kv_heads, splits)](
-        query, *kv.tensors(), meta.block_tables, meta.seq_lens, meta.query_start_loc,
-        part_out, part_lse, scale * LOG2E,
-        query.stride(0), query.stride(1), meta.block_tables.stride(0), *kv.strides(),
-        GROUP=group, HEAD_DIM=kv.head_dim, HEAD_DIM_PAD=kv.head_dim_pad,
-        BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, BLOCK_SIZE=kv.block_size,
-        NUM_SPLITS=splits, QUANT=kv.quant, DOT_DTYPE=dot_dtype(query.dtype),
+        query,
+        *kv.tensors(),
+        meta.block_tables,
+        meta.seq_lens,
+        meta.query_start_loc,
+        part_out,
+        part_lse,
+        scale * LOG2E,
+        query.stride(0),
+        query.stride(1),
+        meta.block_tables.stride(0),
+        *kv.strides(),
+        GROUP=group,
+        HEAD_DIM=kv.head_dim,
+        HEAD_DIM_PAD=kv.head_dim_pad,
+        BLOCK_H=max(16, triton.next_power_of_2(group)),
+        BLOCK_N=block_n,
+        BLOCK_SIZE=kv.block_size,
+        NUM_SPLITS=splits,
+        QUANT=kv.quant,
+        DOT_DTYPE=dot_dtype(query.dtype),
     )
     _decode_reduce_kernel[(num_seqs, num_heads)](
-        part_out, part_lse, out, meta.query_start_loc, out.stride(0), out.stride(1),
-        HEAD_DIM=kv.head_dim, HEAD_DIM_PAD=kv.head_dim_pad, NUM_SPLITS=splits,
+        part_out,
+        part_lse,
+        out,
+        meta.query_start_loc,
+        out.stride(0),
+        out.stride(1),
+        HEAD_DIM=kv.head_dim,
+        HEAD_DIM_PAD=kv.head_dim_pad,
+        NUM_SPLITS=splits,
     )
     return out

@@ -41,12 +41,26 @@ def kv_page_offsets(block_table_row_ptr, kv_pos, kv_mask, BLOCK_SIZE: tl.constex
 
 @triton.jit
 def load_kv_tile(
-    data_ptr, scale_ptr, page, in_page, kv_mask, kv_head, offs_d, d_mask,
-    stride_page, stride_tok, stride_head, s_stride_page, s_stride_tok, s_stride_head,
+    data_ptr,
+    scale_ptr,
+    page,
+    in_page,
+    kv_mask,
+    kv_head,
+    offs_d,
+    d_mask,
+    stride_page,
+    stride_tok,
+    stride_head,
+    s_stride_page,
+    s_stride_tok,
+    s_stride_head,
     QUANT: tl.constexpr,
 ):
     """A `[BLOCK_N, HEAD_DIM_PAD]` tile of one KV head, dequantized to fp32 (0 where masked)."""
-    offs = page[:, None] * stride_page + in_page[:, None] * stride_tok + kv_head * stride_head + offs_d[None, :]
+    offs = (
+        page[:, None] * stride_page + in_page[:, None] * stride_tok + kv_head * stride_head + offs_d[None, :]
+    )
     x = tl.load(data_ptr + offs, mask=kv_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)
     if QUANT == 1:
         x = x * tl.load(scale_ptr)
@@ -102,22 +116,38 @@ class PagedKVArgs:
     @staticmethod
     def of(cache: LayerKVCache) -> PagedKVArgs:
         key, value = cache.key, cache.value
-        assert key.stride() == value.stride() and key.stride(3) == 1, "K and V must share a layout with unit head-dim stride"
+        assert key.stride() == value.stride() and key.stride(3) == 1, (
+            "K and V must share a layout with unit head-dim stride"
+        )
         quant = cache.quant
         k_scale = cache.k_scale if quant != KVQuant.NONE else key
         v_scale = cache.v_scale if quant != KVQuant.NONE else value
         s_strides = k_scale.stride() if quant == KVQuant.INT8_PER_TOKEN_HEAD else (0, 0, 0)
         return PagedKVArgs(
-            key, value, k_scale, v_scale, *key.stride()[:3], *s_strides, int(quant),
-            key.shape[1], key.shape[2], key.shape[3],
+            key,
+            value,
+            k_scale,
+            v_scale,
+            *key.stride()[:3],
+            *s_strides,
+            int(quant),
+            key.shape[1],
+            key.shape[2],
+            key.shape[3],
         )
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return self.key, self.value, self.k_scale, self.v_scale
 
     def strides(self) -> tuple[int, ...]:
-        return (self.stride_page, self.stride_tok, self.stride_head,
-                self.s_stride_page, self.s_stride_tok, self.s_stride_head)
+        return (
+            self.stride_page,
+            self.stride_tok,
+            self.stride_head,
+            self.s_stride_page,
+            self.s_stride_tok,
+            self.s_stride_head,
+        )
 
     @property
     def head_dim_pad(self) -> int:

@@ -53,13 +53,37 @@ def _find_seq(q_start_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, k_ptr, v_ptr, k_scale_ptr, v_scale_ptr, out_ptr, block_tables_ptr, seq_lens_ptr, q_start_ptr,
-    qk_scale, num_seqs,
-    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
-    stride_page, stride_tok, stride_head, s_stride_page, s_stride_tok, s_stride_head,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    QUANT: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    out_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    q_start_ptr,
+    qk_scale,
+    num_seqs,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_bt,
+    stride_page,
+    stride_tok,
+    stride_head,
+    s_stride_page,
+    s_stride_tok,
+    s_stride_head,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    QUANT: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
 ):
     q_block = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -81,8 +105,11 @@ def _prefill_kernel(
     d_mask = offs_d < HEAD_DIM
     row_tok = (q_start + tok).to(tl.int64)
     io_mask = row_mask[:, None] & d_mask[None, :]
-    q = tl.load(q_ptr + row_tok[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=io_mask, other=0.0).to(tl.float32)
+    q = tl.load(
+        q_ptr + row_tok[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=io_mask,
+        other=0.0,
+    ).to(tl.float32)
     q = (q * qk_scale).to(DOT_DTYPE)
 
     m = tl.full([BLOCK_M], NEG_BIG, tl.float32)
@@ -95,10 +122,40 @@ def _prefill_kernel(
         kv_pos = start + tl.arange(0, BLOCK_N)
         kv_mask = kv_pos < kv_end
         page, in_page = kv_page_offsets(table_row, kv_pos, kv_mask, BLOCK_SIZE)
-        k = load_kv_tile(k_ptr, k_scale_ptr, page, in_page, kv_mask, kv_head, offs_d, d_mask,
-                         stride_page, stride_tok, stride_head, s_stride_page, s_stride_tok, s_stride_head, QUANT)
-        v = load_kv_tile(v_ptr, v_scale_ptr, page, in_page, kv_mask, kv_head, offs_d, d_mask,
-                         stride_page, stride_tok, stride_head, s_stride_page, s_stride_tok, s_stride_head, QUANT)
+        k = load_kv_tile(
+            k_ptr,
+            k_scale_ptr,
+            page,
+            in_page,
+            kv_mask,
+            kv_head,
+            offs_d,
+            d_mask,
+            stride_page,
+            stride_tok,
+            stride_head,
+            s_stride_page,
+            s_stride_tok,
+            s_stride_head,
+            QUANT,
+        )
+        v = load_kv_tile(
+            v_ptr,
+            v_scale_ptr,
+            page,
+            in_page,
+            kv_mask,
+            kv_head,
+            offs_d,
+            d_mask,
+            stride_page,
+            stride_tok,
+            stride_head,
+            s_stride_page,
+            s_stride_tok,
+            s_stride_head,
+            QUANT,
+        )
         scores = tl.dot(q, tl.trans(k.to(DOT_DTYPE)))
         visible = kv_mask[None, :] & (kv_pos[None, :] <= q_pos[:, None])
         scores = tl.where(visible, scores, float("-inf"))
@@ -111,8 +168,11 @@ def _prefill_kernel(
 
     # Every row sees key 0, so denom >= 1 on the rows that are stored.
     out = acc / tl.maximum(denom, 1.0)[:, None]
-    tl.store(out_ptr + row_tok[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=io_mask)
+    tl.store(
+        out_ptr + row_tok[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=io_mask,
+    )
 
 
 def _block_m(group: int, max_query_len: int) -> int:
@@ -129,8 +189,12 @@ def _block_m(group: int, max_query_len: int) -> int:
 
 
 def paged_prefill(
-    query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float,
-    block_m: int | None = None, block_n: int | None = None,
+    query: torch.Tensor,
+    cache: LayerKVCache,
+    meta: AttentionMetadata,
+    scale: float,
+    block_m: int | None = None,
+    block_n: int | None = None,
 ) -> torch.Tensor:
     """Causal attention of every query row over its paged context, `[T, num_heads, head_dim]` -> same shape.
 
@@ -145,16 +209,33 @@ def paged_prefill(
     block_q = block_m // group
     block_n = block_n or (32 if kv.head_dim_pad >= 128 else 64)
     out = torch.empty_like(query)
-    out[sum(meta.query_lens_host):].zero_()  # padding rows, which no program writes
+    out[sum(meta.query_lens_host) :].zero_()  # padding rows, which no program writes
     if meta.num_seqs == 0:
         return out
     grid = (num_tokens // block_q + meta.num_seqs, kv.num_kv_heads)
     _prefill_kernel[grid](
-        query, *kv.tensors(), out, meta.block_tables, meta.seq_lens, meta.query_start_loc,
-        scale * LOG2E, meta.num_seqs,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1), meta.block_tables.stride(0),
+        query,
+        *kv.tensors(),
+        out,
+        meta.block_tables,
+        meta.seq_lens,
+        meta.query_start_loc,
+        scale * LOG2E,
+        meta.num_seqs,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        meta.block_tables.stride(0),
         *kv.strides(),
-        GROUP=group, HEAD_DIM=kv.head_dim, HEAD_DIM_PAD=kv.head_dim_pad, BLOCK_M=block_m, BLOCK_Q=block_q,
-        BLOCK_N=block_n, BLOCK_SIZE=kv.block_size, QUANT=kv.quant, DOT_DTYPE=dot_dtype(query.dtype),
+        GROUP=group,
+        HEAD_DIM=kv.head_dim,
+        HEAD_DIM_PAD=kv.head_dim_pad,
+        BLOCK_M=block_m,
+        BLOCK_Q=block_q,
+        BLOCK_N=block_n,
+        BLOCK_SIZE=kv.block_size,
+        QUANT=kv.quant,
+        DOT_DTYPE=dot_dtype(query.dtype),
     )
     return out

@@ -62,7 +62,15 @@ def _round_to_bf16(x):
 
 @triton.jit
 def _quantize_store(
-    src_ptr, src_offs, dst_ptr, dst_offs, scale_ptr, scale_offs, head_mask, mask, QUANT: tl.constexpr,
+    src_ptr,
+    src_offs,
+    dst_ptr,
+    dst_offs,
+    scale_ptr,
+    scale_offs,
+    head_mask,
+    mask,
+    QUANT: tl.constexpr,
 ):
     # Divisions are IEEE-rounded (div_rn): the GPU's default fp32 division is approximate and
     # could round a value to the other side of a quantization step than torch does.
@@ -75,7 +83,9 @@ def _quantize_store(
         scale = tl.math.div_rn(tl.max(tl.abs(x), axis=1), _INT8_MAX).to(tl.float16)
         tl.store(scale_ptr + scale_offs, scale, mask=head_mask)
         divisor = tl.maximum(scale.to(tl.float32), _INT8_MIN_DIV)
-        x = _round_half_even(tl.minimum(tl.maximum(tl.math.div_rn(x, divisor[:, None]), -_INT8_MAX), _INT8_MAX))
+        x = _round_half_even(
+            tl.minimum(tl.maximum(tl.math.div_rn(x, divisor[:, None]), -_INT8_MAX), _INT8_MAX)
+        )
     elif dst_ptr.dtype.element_ty == tl.bfloat16:
         x = _round_to_bf16(x)
     tl.store(dst_ptr + dst_offs, x.to(dst_ptr.dtype.element_ty), mask=mask)
@@ -83,12 +93,29 @@ def _quantize_store(
 
 @triton.jit
 def _write_kv_kernel(
-    key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr, slot_mapping_ptr,
-    stride_kt, stride_kh, stride_vt, stride_vh,
-    stride_page, stride_tok, stride_head, s_stride_page, s_stride_tok, s_stride_head,
+    key_ptr,
+    value_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    slot_mapping_ptr,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_page,
+    stride_tok,
+    stride_head,
+    s_stride_page,
+    s_stride_tok,
+    s_stride_head,
     num_kv_heads,
-    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    HEAD_TILE: tl.constexpr, QUANT: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    HEAD_TILE: tl.constexpr,
+    QUANT: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
@@ -102,13 +129,33 @@ def _write_kv_kernel(
     mask = head_mask[:, None] & (offs_d < HEAD_DIM)[None, :]
     dst_offs = page * stride_page + in_page * stride_tok + heads[:, None] * stride_head + offs_d[None, :]
     scale_offs = page * s_stride_page + in_page * s_stride_tok + heads * s_stride_head
-    _quantize_store(key_ptr, token * stride_kt + heads[:, None] * stride_kh + offs_d[None, :],
-                    k_cache_ptr, dst_offs, k_scale_ptr, scale_offs, head_mask, mask, QUANT)
-    _quantize_store(value_ptr, token * stride_vt + heads[:, None] * stride_vh + offs_d[None, :],
-                    v_cache_ptr, dst_offs, v_scale_ptr, scale_offs, head_mask, mask, QUANT)
+    _quantize_store(
+        key_ptr,
+        token * stride_kt + heads[:, None] * stride_kh + offs_d[None, :],
+        k_cache_ptr,
+        dst_offs,
+        k_scale_ptr,
+        scale_offs,
+        head_mask,
+        mask,
+        QUANT,
+    )
+    _quantize_store(
+        value_ptr,
+        token * stride_vt + heads[:, None] * stride_vh + offs_d[None, :],
+        v_cache_ptr,
+        dst_offs,
+        v_scale_ptr,
+        scale_offs,
+        head_mask,
+        mask,
+        QUANT,
+    )
 
 
-def triton_write_kv(key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_mapping: torch.Tensor) -> None:
+def triton_write_kv(
+    key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_mapping: torch.Tensor
+) -> None:
     """Same contract as `torch_backend.write_kv`: `key`/`value` `[T, num_kv_heads, head_dim]`, slot -1 = padding."""
     num_tokens = key.shape[0]
     if num_tokens == 0:
@@ -120,9 +167,19 @@ def triton_write_kv(key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache,
     head_tile = min(triton.next_power_of_2(kv.num_kv_heads), max(1, 1024 // kv.head_dim_pad))
     grid = (num_tokens, triton.cdiv(kv.num_kv_heads, head_tile))
     _write_kv_kernel[grid](
-        key, value, *kv.tensors(), slot_mapping,
-        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        *kv.strides(), kv.num_kv_heads,
-        BLOCK_SIZE=kv.block_size, HEAD_DIM=kv.head_dim, HEAD_DIM_PAD=kv.head_dim_pad,
-        HEAD_TILE=head_tile, QUANT=kv.quant,
+        key,
+        value,
+        *kv.tensors(),
+        slot_mapping,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        *kv.strides(),
+        kv.num_kv_heads,
+        BLOCK_SIZE=kv.block_size,
+        HEAD_DIM=kv.head_dim,
+        HEAD_DIM_PAD=kv.head_dim_pad,
+        HEAD_TILE=head_tile,
+        QUANT=kv.quant,
     )

@@ -8,4 +8,11 @@ from reference_engine.model.config import ModelConfig
 from reference_engine.model.errors import ModelLoadError
 from reference_engine.model.registry import BUILTIN_MODELS, LoadedModel, builtin_model_names, load_model
 
-__all__ = ["BUILTIN_MODELS", "LoadedModel", "ModelConfig", "ModelLoadError", "builtin_model_names", "load_model"]
+__all__ = [
+    "BUILTIN_MODELS",
+    "LoadedModel",
+    "ModelConfig",
+    "ModelLoadError",
+    "builtin_model_names",
+    "load_model",
+]

@@ -81,7 +81,9 @@ def _fields(reader) -> dict[str, Any]:
 def _config(fields: dict[str, Any], names: set[str], path: str) -> ModelConfig:
     arch = fields.get("general.architecture")
     if arch not in _SUPPORTED_ARCHS:
-        raise ModelLoadError(f"{path}: architecture {arch!r} is not supported (supported: {', '.join(_SUPPORTED_ARCHS)})")
+        raise ModelLoadError(
+            f"{path}: architecture {arch!r} is not supported (supported: {', '.join(_SUPPORTED_ARCHS)})"
+        )
 
     def get(key: str, default: Any = None) -> Any:
         value = fields.get(f"{arch}.{key}", default)
@@ -126,7 +128,9 @@ def _dequantize(tensor, path: str) -> torch.Tensor:
     try:
         array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
     except NotImplementedError as exc:
-        raise ModelLoadError(f"{path}: tensor {tensor.name} has unsupported type {tensor.tensor_type.name}") from exc
+        raise ModelLoadError(
+            f"{path}: tensor {tensor.name} has unsupported type {tensor.tensor_type.name}"
+        ) from exc
     array = np.ascontiguousarray(array, dtype=np.float32).reshape(shape)
     if not array.flags.writeable:  # unquantized tensors are views of the read-only memory map
         array = array.copy()

@@ -48,7 +48,9 @@ def _ids(value: Any) -> list[int]:
 def config_from_hf(cfg: dict[str, Any], folder: str) -> ModelConfig:
     archs = cfg.get("architectures") or []
     if archs and archs[0] not in _SUPPORTED:
-        raise ModelLoadError(f"{folder}: architecture {archs[0]} is not supported (supported: {', '.join(_SUPPORTED)})")
+        raise ModelLoadError(
+            f"{folder}: architecture {archs[0]} is not supported (supported: {', '.join(_SUPPORTED)})"
+        )
     try:
         hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
         return ModelConfig(

@@ -35,7 +35,11 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     elif kind == "llama3":
         # Llama 3.1's scaling: slow (long-wavelength) frequencies are divided by `factor`,
         # fast ones kept, and the band between is interpolated smoothly.
-        factor, low, high = float(scaling["factor"]), float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        factor, low, high = (
+            float(scaling["factor"]),
+            float(scaling["low_freq_factor"]),
+            float(scaling["high_freq_factor"]),
+        )
         old_len = float(scaling["original_max_position_embeddings"])
         wavelen = 2 * math.pi / inv_freq
         scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
@@ -44,7 +48,9 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
         medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
         inv_freq = torch.where(medium, smoothed, scaled)
     elif kind != "default":
-        raise ModelLoadError(f"{config.name}: unsupported rope_scaling type {kind!r} (supported: linear, llama3)")
+        raise ModelLoadError(
+            f"{config.name}: unsupported rope_scaling type {kind!r} (supported: linear, llama3)"
+        )
     if config.rope_freq_factors is not None:
         inv_freq = inv_freq / torch.tensor(config.rope_freq_factors, dtype=torch.float64)
     return inv_freq.float()
@@ -84,7 +90,11 @@ class RMSNorm(nn.Module):
 class LlamaAttention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            config.num_heads,
+            config.num_kv_heads,
+            config.head_dim,
+        )
         self.scale = self.head_dim**-0.5
         h = config.hidden_size
         self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=False)
@@ -172,7 +182,10 @@ class LlamaForCausalLM(nn.Module):
 
 
 def build_model(
-    config: ModelConfig, state_dict: dict[str, torch.Tensor], dtype: torch.dtype, device: str | torch.device,
+    config: ModelConfig,
+    state_dict: dict[str, torch.Tensor],
+    dtype: torch.dtype,
+    device: str | torch.device,
     source: str = "",
 ) -> LlamaForCausalLM:
     """A model in eval mode holding exactly `state_dict` (HF names and layout).

@@ -93,7 +93,9 @@ def load_model(
         )
 
         config = tiny_random_config()
-        model = build_model(config, tiny_random_state_dict(config, seed), torch_dtype, device, TINY_RANDOM_NAME)
+        model = build_model(
+            config, tiny_random_state_dict(config, seed), torch_dtype, device, TINY_RANDOM_NAME
+        )
         return LoadedModel(config, model, tiny_random_tokenizer(), TINY_RANDOM_NAME)
     if name_or_path == SMOLLM2_NAME:
         path = smollm2_gguf_path()

@@ -17,9 +17,20 @@ TINY_RANDOM_NAME = "tiny-random"
 def tiny_random_config() -> ModelConfig:
     """256 byte tokens + 4 specials; untied lm_head so the untied path is exercised too."""
     return ModelConfig(
-        vocab_size=260, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-        head_dim=16, rope_theta=10000.0, rms_norm_eps=1e-5, max_position_embeddings=4096,
-        tie_word_embeddings=False, bos_token_id=None, eos_token_ids=(256, 258), name=TINY_RANDOM_NAME,
+        vocab_size=260,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_ids=(256, 258),
+        name=TINY_RANDOM_NAME,
     )
 
 

@@ -21,10 +21,10 @@ from reference_engine.model.errors import ModelLoadError
 # llama.cpp's end-of-generation heuristic: control tokens with these texts end a sequence even
 # when metadata names only one EOS (SmolLM2's `eos` is <|im_end|>, but plain completions end
 # with <|endoftext|>).
-_EOG_TEXTS = frozenset({"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>"})
-_LLAMA3_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_EOG_TEXTS = frozenset(
+    {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>"}
 )
+_LLAMA3_REGEX = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 # GGUF `tokenizer.ggml.pre` values whose pre-tokenizer is "each digit alone, then GPT-2's regex".
 _DIGIT_SPLIT_PRE = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"})
 _CONTROL, _USER_DEFINED = 3, 4
@@ -77,7 +77,9 @@ class Tokenizer:
         special = {"bos_token": self._text(self.bos_token_id)}
         if self.eos_token_ids:
             special["eos_token"] = self._text(self.eos_token_ids[0])
-        text = self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **special)
+        text = self._template.render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **special
+        )
         # The template already carries BOS text when the model wants one; never add a second.
         return self.encode(text, add_special_tokens=False) if tokenize else text
 
@@ -109,7 +111,9 @@ def tokenizer_from_gguf(fields: dict[str, Any], source: str) -> Tokenizer:
     """Rebuild a byte-level BPE tokenizer from `tokenizer.ggml.*` metadata (llama.cpp "gpt2")."""
     kind = fields.get("tokenizer.ggml.model")
     if kind != "gpt2":
-        raise ModelLoadError(f"{source}: tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')")
+        raise ModelLoadError(
+            f"{source}: tokenizer model {kind!r} is not supported (only byte-level BPE 'gpt2')"
+        )
     tokens: list[str] = list(fields.get("tokenizer.ggml.tokens") or [])
     merges = [tuple(m.split(" ", 1)) for m in fields.get("tokenizer.ggml.merges") or []]
     types = list(fields.get("tokenizer.ggml.token_type") or [1] * len(tokens))
@@ -121,7 +125,9 @@ def tokenizer_from_gguf(fields: dict[str, Any], source: str) -> Tokenizer:
         pre_tok = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
     elif pre in ("llama3", "llama-bpe"):
         split = pre_tokenizers.Split(tokenizers.Regex(_LLAMA3_REGEX), behavior="isolated")
-        pre_tok = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        pre_tok = pre_tokenizers.Sequence(
+            [split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        )
     else:
         if pre not in ("default", "gpt-2", "gpt2"):
             warnings.warn(f"{source}: unknown pre-tokenizer {pre!r}; using GPT-2's", stacklevel=2)
@@ -132,7 +138,9 @@ def tokenizer_from_gguf(fields: dict[str, Any], source: str) -> Tokenizer:
     backend.pre_tokenizer = pre_tok
     backend.decoder = decoders.ByteLevel()
     control = [i for i, t in enumerate(types) if t == _CONTROL]
-    backend.add_special_tokens([tokenizers.AddedToken(tokens[i], special=True, normalized=False) for i in control])
+    backend.add_special_tokens(
+        [tokenizers.AddedToken(tokens[i], special=True, normalized=False) for i in control]
+    )
     user = [tokens[i] for i, t in enumerate(types) if t == _USER_DEFINED]
     backend.add_tokens([tokenizers.AddedToken(t, normalized=False) for t in user])
     named = [fields.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
@@ -174,5 +182,7 @@ def byte_tokenizer() -> Tokenizer:
     backend = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in BYTE_SPECIAL_TOKENS])
+    backend.add_special_tokens(
+        [tokenizers.AddedToken(t, special=True, normalized=False) for t in BYTE_SPECIAL_TOKENS]
+    )
     return Tokenizer(backend=backend, eos_token_ids=(256, 258), chat_template=CHATML_TEMPLATE)

@@ -77,9 +77,15 @@ async def draining_middleware(request: web.Request, handler: Handler) -> web.Str
 
 async def handle_models(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    card = {"id": state.config.served_model_name, "object": "model", "created": state.created,
-            "owned_by": "kvscope", "root": state.config.model_source, "parent": None,
-            "max_model_len": state.max_model_len}
+    card = {
+        "id": state.config.served_model_name,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "kvscope",
+        "root": state.config.model_source,
+        "parent": None,
+        "max_model_len": state.max_model_len,
+    }
     return web.json_response({"object": "list", "data": [card]})
 
 
@@ -104,14 +110,25 @@ def live_gauges(engine: LLMEngine) -> LiveGauges:
     return LiveGauges(lambda: len(scheduler.running), lambda: len(scheduler.waiting), pool.usage)
 
 
-def create_app(engine: LLMEngine, tokenizer, config: ServerConfig, cache_info: dict[str, str],
-               on_step_start: Callable[[float], None] | None = None) -> web.Application:
+def create_app(
+    engine: LLMEngine,
+    tokenizer,
+    config: ServerConfig,
+    cache_info: dict[str, str],
+    on_step_start: Callable[[float], None] | None = None,
+) -> web.Application:
     """An app serving `engine`. The engine thread starts with the app and stops with it;
     nothing else may touch `engine` while the app runs."""
     metrics = VllmMetrics(config.served_model_name, engine.max_model_len, cache_info, live_gauges(engine))
-    state = ServerState(config=config, tokenizer=tokenizer, max_model_len=engine.max_model_len,
-                        vocab_size=engine.vocab_size, metrics=metrics, token_texts=TokenTexts(tokenizer.decode),
-                        created=int(time.time()))
+    state = ServerState(
+        config=config,
+        tokenizer=tokenizer,
+        max_model_len=engine.max_model_len,
+        vocab_size=engine.vocab_size,
+        metrics=metrics,
+        token_texts=TokenTexts(tokenizer.decode),
+        created=int(time.time()),
+    )
     middlewares = [error_middleware]
     if config.api_key:
         middlewares.append(_auth_middleware(config.api_key))

@@ -72,8 +72,13 @@ class EngineLoop:
     (so output handling and scheduling count inside the step), or the wake-up time after idle.
     """
 
-    def __init__(self, engine: LLMEngine, metrics: VllmMetrics | None, loop: asyncio.AbstractEventLoop,
-                 on_step_start: Callable[[float], None] | None = None):
+    def __init__(
+        self,
+        engine: LLMEngine,
+        metrics: VllmMetrics | None,
+        loop: asyncio.AbstractEventLoop,
+        on_step_start: Callable[[float], None] | None = None,
+    ):
         self.engine = engine
         self.metrics = metrics
         self.loop = loop
@@ -182,8 +187,9 @@ class EngineLoop:
             self._send(stream, Failed(internal_error()))
             return
         group = self.engine.groups[sub.request_id]
-        self._tracked[sub.request_id] = _Tracked(stream, sub, group.sequences, group.prompt_logprobs,
-                                                 [None] * sub.params.n)
+        self._tracked[sub.request_id] = _Tracked(
+            stream, sub, group.sequences, group.prompt_logprobs, [None] * sub.params.n
+        )
         self._send(stream, Admitted())
 
     def _abort(self, request_id: str, notify: bool) -> None:
@@ -241,8 +247,10 @@ class EngineLoop:
             elif last is not None:
                 self.metrics.observe_inter_token(now - last)
         tracked.last_token_time[out.index] = now
-        self._send(tracked.stream, Delta(out.index, out.new_token_ids, out.new_text, out.new_logprobs,
-                                         out.finish_reason))
+        self._send(
+            tracked.stream,
+            Delta(out.index, out.new_token_ids, out.new_text, out.new_logprobs, out.finish_reason),
+        )
         if not out.finished:
             return
         tracked.finished_indices.add(out.index)

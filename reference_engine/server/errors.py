@@ -42,23 +42,43 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 def unauthorized() -> APIError:
     # The message never echoes what the client sent: a wrong key may be a real key.
-    return APIError(401, "Invalid or missing API key; send it as 'Authorization: Bearer <key>'.",
-                    "authentication_error", None, "invalid_api_key")
+    return APIError(
+        401,
+        "Invalid or missing API key; send it as 'Authorization: Bearer <key>'.",
+        "authentication_error",
+        None,
+        "invalid_api_key",
+    )
 
 
 def model_not_found(name: str, served: str) -> APIError:
-    return APIError(404, f"The model {name!r} does not exist; this server serves {served!r}.",
-                    "invalid_request_error", "model", "model_not_found")
+    return APIError(
+        404,
+        f"The model {name!r} does not exist; this server serves {served!r}.",
+        "invalid_request_error",
+        "model",
+        "model_not_found",
+    )
 
 
 def shutting_down() -> APIError:
-    return APIError(503, "The server is shutting down and accepts no new requests.", "service_unavailable",
-                    None, "shutting_down")
+    return APIError(
+        503,
+        "The server is shutting down and accepts no new requests.",
+        "service_unavailable",
+        None,
+        "shutting_down",
+    )
 
 
 def engine_failed() -> APIError:
-    return APIError(500, "The engine failed and can serve no more requests; see the server log.",
-                    "server_error", None, "engine_failed")
+    return APIError(
+        500,
+        "The engine failed and can serve no more requests; see the server log.",
+        "server_error",
+        None,
+        "engine_failed",
+    )
 
 
 def internal_error() -> APIError:

@@ -28,6 +28,7 @@ class Submission:
 
 # -- events, engine thread -> one stream ------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """The engine accepted the request (its own checks passed); a stream may start."""

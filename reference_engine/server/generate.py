@@ -85,8 +85,9 @@ def tokenize(req: GenerateRequest, state: ServerState) -> tuple[list[int], str]:
         try:
             text = tokenizer.apply_chat_template(req.prompt, add_generation_prompt=True)
         except Exception as exc:  # noqa: BLE001 - template errors (jinja2, raise_exception) are the messages' fault
-            raise bad_request(f"The messages cannot be rendered with this model's chat template: {exc}",
-                              "messages") from None
+            raise bad_request(
+                f"The messages cannot be rendered with this model's chat template: {exc}", "messages"
+            ) from None
         ids = _encode_template_text(tokenizer, text)
         return ids, text
     if isinstance(req.prompt, str):
@@ -114,7 +115,9 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     return await _generate(request, parse_chat, "chatcmpl")
 
 
-async def _generate(request: web.Request, parse: Callable[[dict], GenerateRequest], prefix: str) -> web.StreamResponse:
+async def _generate(
+    request: web.Request, parse: Callable[[dict], GenerateRequest], prefix: str
+) -> web.StreamResponse:
     from reference_engine.server.streaming import stream_sse
 
     arrival, arrival_unix = time.monotonic(), time.time()
@@ -123,8 +126,15 @@ async def _generate(request: web.Request, parse: Callable[[dict], GenerateReques
     model = check_model(req.model, state)
     prompt_ids, prompt_text = tokenize(req, state)
     finalize_max_tokens(req, len(prompt_ids), state.max_model_len)
-    gen = Generation(f"{prefix}-{uuid.uuid4().hex}", int(arrival_unix), model, req, prompt_ids, prompt_text,
-                     state.token_texts)
+    gen = Generation(
+        f"{prefix}-{uuid.uuid4().hex}",
+        int(arrival_unix),
+        model,
+        req,
+        prompt_ids,
+        prompt_text,
+        state.token_texts,
+    )
     stream = state.engine_loop.submit(Submission(gen.rid, prompt_ids, req.params, arrival, arrival_unix))
     try:
         events = await stream.next_events()
@@ -164,12 +174,25 @@ async def _collect(gen: Generation, stream: RequestStream, events: list[Event]) 
         events = await stream.next_events()
 
 
-def _final_body(gen: Generation, texts: list[str], token_ids: list[list[int]], logprobs: list[list[TokenLogprob]],
-                reasons: list[str | None], outcome: Outcome) -> dict:
+def _final_body(
+    gen: Generation,
+    texts: list[str],
+    token_ids: list[list[int]],
+    logprobs: list[list[TokenLogprob]],
+    reasons: list[str | None],
+    outcome: Outcome,
+) -> dict:
     req = gen.req
     if gen.chat:
-        choices = [chat_choice(i, texts[i], None if req.logprobs is None else chat_logprobs(logprobs[i], gen.texts),
-                               reasons[i]) for i in range(len(texts))]
+        choices = [
+            chat_choice(
+                i,
+                texts[i],
+                None if req.logprobs is None else chat_logprobs(logprobs[i], gen.texts),
+                reasons[i],
+            )
+            for i in range(len(texts))
+        ]
         return chat_response(gen.rid, gen.created, gen.model, choices, outcome)
     choices = []
     for i in range(len(texts)):

@@ -35,12 +35,74 @@ from prometheus_client.metrics_core import Metric
 from reference_engine.engine_stats import EngineStats
 from reference_engine.request import Request
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-               40.0, 80.0)
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 FINISH_REASONS = ("stop", "length", "abort")
@@ -58,11 +120,17 @@ def build_1_2_5_buckets(max_value: int) -> list[int]:
         exponent += 1
 
 
-def cache_config_labels(block_size: int, num_gpu_blocks: int, cache_dtype: str, enable_prefix_caching: bool,
-                        allocator: str) -> dict[str, str]:
+def cache_config_labels(
+    block_size: int, num_gpu_blocks: int, cache_dtype: str, enable_prefix_caching: bool, allocator: str
+) -> dict[str, str]:
     """`vllm:cache_config_info`'s labels, as strings the way vLLM renders them ("True")."""
-    return {"block_size": str(block_size), "num_gpu_blocks": str(num_gpu_blocks), "cache_dtype": cache_dtype,
-            "enable_prefix_caching": str(enable_prefix_caching), "allocator": allocator}
+    return {
+        "block_size": str(block_size),
+        "num_gpu_blocks": str(num_gpu_blocks),
+        "cache_dtype": cache_dtype,
+        "enable_prefix_caching": str(enable_prefix_caching),
+        "allocator": allocator,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,43 +176,77 @@ class VllmMetrics:
         gauge("vllm:num_requests_running", "Number of requests in model execution batches.", live.num_running)
         gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", live.num_waiting)
         gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", live.kv_usage)
-        self.prefix_cache_queries = counter("vllm:prefix_cache_queries",
-                                            "Prefix cache queries, in terms of number of queried tokens.")
-        self.prefix_cache_hits = counter("vllm:prefix_cache_hits",
-                                         "Prefix cache hits, in terms of number of cached tokens.")
-        self.num_preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self.prefix_cache_queries = counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+        )
+        self.prefix_cache_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        )
+        self.num_preemptions = counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        )
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
-        success = Counter("vllm:request_success", "Count of successfully processed requests.",
-                          (*labels, "finished_reason"), registry=reg)
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            (*labels, "finished_reason"),
+            registry=reg,
+        )
         self.request_success = {r: success.labels(*values, r) for r in FINISH_REASONS}
 
         token_buckets = build_1_2_5_buckets(max_model_len)
-        self.request_prompt_tokens = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
-                                               token_buckets)
-        self.request_generation_tokens = histogram("vllm:request_generation_tokens",
-                                                   "Number of generation tokens processed.", token_buckets)
-        self.iteration_tokens = histogram("vllm:iteration_tokens_total",
-                                          "Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS)
-        self.request_num_preemptions = histogram("vllm:request_num_preemptions",
-                                                 "Number of preemptions per finished request.", PREEMPTION_BUCKETS)
-        self.ttft = histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              TTFT_BUCKETS)
-        self.itl = histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             ITL_BUCKETS)
-        self.e2e = histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                             REQUEST_LATENCY_BUCKETS)
-        self.queue_time = histogram("vllm:request_queue_time_seconds",
-                                    "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS)
-        self.inference_time = histogram("vllm:request_inference_time_seconds",
-                                        "Histogram of time spent in RUNNING phase for request.",
-                                        REQUEST_LATENCY_BUCKETS)
-        self.prefill_time = histogram("vllm:request_prefill_time_seconds",
-                                      "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS)
-        self.decode_time = histogram("vllm:request_decode_time_seconds",
-                                     "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
-        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                     (*cache_info.keys(), "engine"), registry=reg)
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
+        )
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", token_buckets
+        )
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            ITERATION_TOKEN_BUCKETS,
+        )
+        self.request_num_preemptions = histogram(
+            "vllm:request_num_preemptions", "Number of preemptions per finished request.", PREEMPTION_BUCKETS
+        )
+        self.ttft = histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
+        self.itl = histogram(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.queue_time = histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.inference_time = histogram(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.prefill_time = histogram(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.decode_time = histogram(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        info = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            (*cache_info.keys(), "engine"),
+            registry=reg,
+        )
         info.labels(*cache_info.values(), "0").set(1)
         self._last = EngineStats(num_blocks=0, block_size=0)
 
@@ -164,9 +266,16 @@ class VllmMetrics:
         ):
             if now > before:
                 counter.inc(now - before)
-        last.steps, last.prompt_tokens, last.generation_tokens = stats.steps, stats.prompt_tokens, stats.generation_tokens
+        last.steps, last.prompt_tokens, last.generation_tokens = (
+            stats.steps,
+            stats.prompt_tokens,
+            stats.generation_tokens,
+        )
         last.num_preemptions = stats.num_preemptions
-        last.prefix_cache_queries, last.prefix_cache_hits = stats.prefix_cache_queries, stats.prefix_cache_hits
+        last.prefix_cache_queries, last.prefix_cache_hits = (
+            stats.prefix_cache_queries,
+            stats.prefix_cache_hits,
+        )
 
     def observe_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)

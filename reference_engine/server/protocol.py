@@ -48,6 +48,7 @@ class GenerateRequest:
 def decode_body(raw: bytes) -> dict[str, Any]:
     """JSON object from the request body; NaN/Infinity, deep nesting, over-long integers and
     invalid UTF-8 are all 400s."""
+
     def no_constants(name: str) -> Any:
         raise ValueError(f"{name} is not valid JSON")
 
@@ -60,7 +61,9 @@ def decode_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _int(body: dict, name: str, default: int | None = None, lo: int = -_INT64, hi: int = _INT64 - 1) -> int | None:
+def _int(
+    body: dict, name: str, default: int | None = None, lo: int = -_INT64, hi: int = _INT64 - 1
+) -> int | None:
     value = body.get(name)
     if value is None:
         return default
@@ -110,7 +113,9 @@ def _unsupported(body: dict) -> None:
         if _float(body, name, 0.0) != 0.0:
             raise bad_request(f"'{name}' is not supported by this engine (only 0).", name)
     if _float(body, "repetition_penalty", 1.0) != 1.0:
-        raise bad_request("'repetition_penalty' is not supported by this engine (only 1).", "repetition_penalty")
+        raise bad_request(
+            "'repetition_penalty' is not supported by this engine (only 1).", "repetition_penalty"
+        )
     for name in ("logit_bias", "tools", "functions"):
         if body.get(name):
             raise bad_request(f"'{name}' is not supported by this engine.", name)
@@ -140,7 +145,9 @@ def _stream_flags(body: dict) -> tuple[bool, bool]:
     return stream, _bool(options, "include_usage")
 
 
-def _params(body: dict, max_tokens: int | None, logprobs: int | None, prompt_logprobs: int | None) -> SamplingParams:
+def _params(
+    body: dict, max_tokens: int | None, logprobs: int | None, prompt_logprobs: int | None
+) -> SamplingParams:
     # Degenerate values (temperature 1e-30, top_p 1e-45) are the sampler's to handle.
     temperature = _float(body, "temperature", 1.0)
     top_p = _float(body, "top_p", 1.0)
@@ -184,8 +191,11 @@ def parse_completion(body: dict) -> GenerateRequest:
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, list):
         if not prompt or any(isinstance(t, bool) or not isinstance(t, int) for t in prompt):
-            raise bad_request("'prompt' must be a string, a list of token ids, or a one-element list of either "
-                              "(batches of several prompts are not supported).", "prompt")
+            raise bad_request(
+                "'prompt' must be a string, a list of token ids, or a one-element list of either "
+                "(batches of several prompts are not supported).",
+                "prompt",
+            )
     elif not isinstance(prompt, str):
         raise bad_request("'prompt' must be a string or a list of token ids.", "prompt")
     _unsupported(body)
@@ -194,11 +204,23 @@ def parse_completion(body: dict) -> GenerateRequest:
     max_tokens = _int(body, "max_tokens", None, 0, 1 << 40)
     logprobs = _int(body, "logprobs", None, 0, 20)
     if max_tokens == 0 and not echo:
-        raise bad_request("'max_tokens' must be at least 1 (0 is allowed only with 'echo' to score the prompt).",
-                          "max_tokens")
+        raise bad_request(
+            "'max_tokens' must be at least 1 (0 is allowed only with 'echo' to score the prompt).",
+            "max_tokens",
+        )
     params = _params(body, max_tokens, logprobs, logprobs if echo else None)
-    return GenerateRequest("completion", model, prompt, params, max_tokens, stream, include_usage, echo,
-                           max_tokens == 0, logprobs)
+    return GenerateRequest(
+        "completion",
+        model,
+        prompt,
+        params,
+        max_tokens,
+        stream,
+        include_usage,
+        echo,
+        max_tokens == 0,
+        logprobs,
+    )
 
 
 def _message(i: int, message: Any) -> dict[str, Any]:
@@ -212,9 +234,16 @@ def _message(i: int, message: Any) -> dict[str, Any]:
     if isinstance(content, list):
         parts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise bad_request(f"'{where}.content' parts must be {{'type': 'text', 'text': str}} "
-                                  "(this model reads text only).", "messages")
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise bad_request(
+                    f"'{where}.content' parts must be {{'type': 'text', 'text': str}} "
+                    "(this model reads text only).",
+                    "messages",
+                )
             parts.append(part["text"])
         content = "\n".join(parts)
     elif content is None and role == "assistant":
@@ -244,7 +273,9 @@ def parse_chat(body: dict) -> GenerateRequest:
         raise bad_request("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs")
     logprobs = (top or 0) if wants_logprobs else None
     params = _params(body, max_tokens, logprobs, None)
-    return GenerateRequest("chat", model, messages, params, max_tokens, stream, include_usage, False, False, logprobs)
+    return GenerateRequest(
+        "chat", model, messages, params, max_tokens, stream, include_usage, False, False, logprobs
+    )
 
 
 def finalize_max_tokens(req: GenerateRequest, num_prompt_tokens: int, max_model_len: int) -> None:
@@ -256,9 +287,14 @@ def finalize_max_tokens(req: GenerateRequest, num_prompt_tokens: int, max_model_
     param = "messages" if req.kind == "chat" else "prompt"
     room = max_model_len - num_prompt_tokens
     if room < 1:
-        raise APIError(400, f"This model's maximum context length is {max_model_len} tokens, but the prompt has "
-                            f"{num_prompt_tokens} tokens (at least one must be left for the completion).",
-                       "invalid_request_error", param, "context_length_exceeded")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens, but the prompt has "
+            f"{num_prompt_tokens} tokens (at least one must be left for the completion).",
+            "invalid_request_error",
+            param,
+            "context_length_exceeded",
+        )
     if req.score_only:
         wanted = 1
     elif req.max_tokens is None:
@@ -266,10 +302,15 @@ def finalize_max_tokens(req: GenerateRequest, num_prompt_tokens: int, max_model_
     else:
         wanted = req.max_tokens
     if wanted > room:
-        raise APIError(400, f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                            f"{num_prompt_tokens + wanted} tokens ({num_prompt_tokens} in the prompt, {wanted} for the "
-                            "completion). Please reduce the prompt or max_tokens.",
-                       "invalid_request_error", "max_tokens", "context_length_exceeded")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{num_prompt_tokens + wanted} tokens ({num_prompt_tokens} in the prompt, {wanted} for the "
+            "completion). Please reduce the prompt or max_tokens.",
+            "invalid_request_error",
+            "max_tokens",
+            "context_length_exceeded",
+        )
     req.params.max_tokens = wanted
     if req.score_only:
         req.params.min_tokens = 0

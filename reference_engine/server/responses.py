@@ -49,6 +49,7 @@ def usage(outcome: Outcome, score_only: bool = False) -> dict:
 
 # -- logprobs -------------------------------------------------------------------------
 
+
 @dataclass(slots=True)
 class CompletionLogprobs:
     """The legacy completions `logprobs` object, built up token by token."""
@@ -75,19 +76,30 @@ class CompletionLogprobs:
         self.top_logprobs.append(top)
 
     def as_dict(self) -> dict:
-        return {"tokens": self.tokens, "token_logprobs": self.token_logprobs,
-                "top_logprobs": self.top_logprobs, "text_offset": self.text_offset}
+        return {
+            "tokens": self.tokens,
+            "token_logprobs": self.token_logprobs,
+            "top_logprobs": self.top_logprobs,
+            "text_offset": self.text_offset,
+        }
 
 
-def completion_logprobs(token_ids: Sequence[int], logprobs: Sequence[TokenLogprob | None], texts: TokenTexts,
-                        start_offset: int = 0, acc: CompletionLogprobs | None = None) -> CompletionLogprobs:
+def completion_logprobs(
+    token_ids: Sequence[int],
+    logprobs: Sequence[TokenLogprob | None],
+    texts: TokenTexts,
+    start_offset: int = 0,
+    acc: CompletionLogprobs | None = None,
+) -> CompletionLogprobs:
     acc = acc or CompletionLogprobs(offset=start_offset)
     for token_id, lp in zip(token_ids, logprobs, strict=False):
         acc.add(texts(token_id), lp, texts)
     return acc
 
 
-def prompt_logprob_list(prompt_ids: Sequence[int], by_position: dict[int, TokenLogprob]) -> list[TokenLogprob | None]:
+def prompt_logprob_list(
+    prompt_ids: Sequence[int], by_position: dict[int, TokenLogprob]
+) -> list[TokenLogprob | None]:
     return [by_position.get(i) if i > 0 else None for i in range(len(prompt_ids))]
 
 
@@ -96,20 +108,39 @@ def chat_logprobs(logprobs: Sequence[TokenLogprob], texts: TokenTexts) -> list[d
         text = texts(token_id)
         return {"token": text, "logprob": clamp(lp), "bytes": list(text.encode("utf-8"))}
 
-    return [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top]} for lp in logprobs]
+    return [
+        {**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top]}
+        for lp in logprobs
+    ]
 
 
 # -- whole responses ----------------------------------------------------------------------
 
-def completion_response(rid: str, created: int, model: str, choices: list[dict], outcome: Outcome,
-                        score_only: bool) -> dict:
-    return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": choices,
-            "usage": usage(outcome, score_only), "kvscope": outcome.timing.as_dict()}
+
+def completion_response(
+    rid: str, created: int, model: str, choices: list[dict], outcome: Outcome, score_only: bool
+) -> dict:
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "usage": usage(outcome, score_only),
+        "kvscope": outcome.timing.as_dict(),
+    }
 
 
 def chat_response(rid: str, created: int, model: str, choices: list[dict], outcome: Outcome) -> dict:
-    return {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": choices,
-            "usage": usage(outcome), "kvscope": outcome.timing.as_dict()}
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "usage": usage(outcome),
+        "kvscope": outcome.timing.as_dict(),
+    }
 
 
 def completion_choice(index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
@@ -117,23 +148,51 @@ def completion_choice(index: int, text: str, logprobs: dict | None, finish_reaso
 
 
 def chat_choice(index: int, text: str, logprobs: list[dict] | None, finish_reason: str | None) -> dict:
-    return {"index": index, "message": {"role": "assistant", "content": text},
-            "logprobs": None if logprobs is None else {"content": logprobs}, "finish_reason": finish_reason}
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": text},
+        "logprobs": None if logprobs is None else {"content": logprobs},
+        "finish_reason": finish_reason,
+    }
 
 
 # -- stream chunks ------------------------------------------------------------------------
+
 
 def completion_chunk(rid: str, created: int, model: str, choice: dict) -> dict:
     return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
 
 
-def chat_chunk(rid: str, created: int, model: str, index: int, delta: dict, logprobs: list[dict] | None,
-               finish_reason: str | None) -> dict:
-    choice = {"index": index, "delta": delta, "logprobs": None if logprobs is None else {"content": logprobs},
-              "finish_reason": finish_reason}
-    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
+def chat_chunk(
+    rid: str,
+    created: int,
+    model: str,
+    index: int,
+    delta: dict,
+    logprobs: list[dict] | None,
+    finish_reason: str | None,
+) -> dict:
+    choice = {
+        "index": index,
+        "delta": delta,
+        "logprobs": None if logprobs is None else {"content": logprobs},
+        "finish_reason": finish_reason,
+    }
+    return {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+    }
 
 
 def usage_chunk(rid: str, created: int, model: str, chat: bool, outcome: Outcome, score_only: bool) -> dict:
-    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-            "model": model, "choices": [], "usage": usage(outcome, score_only)}
+    return {
+        "id": rid,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage(outcome, score_only),
+    }

@@ -30,8 +30,11 @@ from reference_engine.server.responses import (
     usage_chunk,
 )
 
-SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-               "X-Accel-Buffering": "no"}
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
 _DONE = b"data: [DONE]\n\n"
 
 
@@ -63,17 +66,22 @@ class _ChunkBuilder:
             acc = None
             if first and req.echo:
                 acc = completion_logprobs(gen.prompt_ids, gen.echo_logprobs(), gen.texts)
-            acc = completion_logprobs(ids, lps, gen.texts, acc=acc or CompletionLogprobs(offset=self.offsets[ev.index]))
+            acc = completion_logprobs(
+                ids, lps, gen.texts, acc=acc or CompletionLogprobs(offset=self.offsets[ev.index])
+            )
             self.offsets[ev.index] = acc.offset
             lp_obj = acc.as_dict()
         if first and req.echo:
             text = gen.prompt_text + text
         reason = "length" if req.score_only and ev.finish_reason else ev.finish_reason
-        return completion_chunk(gen.rid, gen.created, gen.model, completion_choice(ev.index, text, lp_obj, reason))
+        return completion_chunk(
+            gen.rid, gen.created, gen.model, completion_choice(ev.index, text, lp_obj, reason)
+        )
 
 
-async def stream_sse(request: web.Request, gen: Generation, stream: RequestStream,
-                     events: list[Event]) -> web.StreamResponse:
+async def stream_sse(
+    request: web.Request, gen: Generation, stream: RequestStream, events: list[Event]
+) -> web.StreamResponse:
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     builder = _ChunkBuilder(gen)
@@ -93,8 +101,9 @@ async def stream_sse(request: web.Request, gen: Generation, stream: RequestStrea
                 elif isinstance(event, Outcome):
                     done = True
                     if include_usage or not chunks:
-                        chunks.append(usage_chunk(gen.rid, gen.created, gen.model, gen.chat, event,
-                                                  gen.req.score_only))
+                        chunks.append(
+                            usage_chunk(gen.rid, gen.created, gen.model, gen.chat, event, gen.req.score_only)
+                        )
                         if not include_usage:
                             del chunks[-1]["usage"]
                     chunks[-1]["kvscope"] = event.timing.as_dict()

@@ -133,7 +133,9 @@ class CostModel:
         return StepCost(
             memory_s=bytes_read / (self.gpu.bandwidth_bytes_per_s * eff.bandwidth),
             compute_s=flops / (self.gpu.peak_flops(dtype) * eff.compute),
-            overhead_s=overhead, bytes_read=bytes_read, flops=flops,
+            overhead_s=overhead,
+            bytes_read=bytes_read,
+            flops=flops,
         )
 
     def step_time(self, batch: Sequence[tuple[int, int]]) -> float:
@@ -142,15 +144,28 @@ class CostModel:
 
 
 def step_time(
-    model: ModelSpec, gpu: GPUSpec, batch: Sequence[tuple[int, int]], *, tp: int = 1,
-    weight_dtype: str = "auto", kv_dtype: str = "auto", efficiency: Efficiency | None = None,
+    model: ModelSpec,
+    gpu: GPUSpec,
+    batch: Sequence[tuple[int, int]],
+    *,
+    tp: int = 1,
+    weight_dtype: str = "auto",
+    kv_dtype: str = "auto",
+    efficiency: Efficiency | None = None,
 ) -> float:
     return CostModel(model, gpu, tp, weight_dtype, kv_dtype, efficiency or Efficiency()).step_time(batch)
 
 
 def simulated_num_blocks(
-    model: ModelSpec, gpu: GPUSpec, tp: int = 1, utilisation: float = 0.9, kv_dtype: str = "auto",
-    block_size: int = 16, max_model_len: int | None = None, *, weight_dtype: str = "auto",
+    model: ModelSpec,
+    gpu: GPUSpec,
+    tp: int = 1,
+    utilisation: float = 0.9,
+    kv_dtype: str = "auto",
+    block_size: int = 16,
+    max_model_len: int | None = None,
+    *,
+    weight_dtype: str = "auto",
     overhead_bytes: int = SERVING_OVERHEAD_BYTES,
 ) -> int:
     """KV blocks per GPU the simulated engine gets, counted like vLLM's num_gpu_blocks (the
@@ -181,7 +196,10 @@ def simulated_num_blocks(
         )
     per_block = block_size * model.num_layers * model.kv_bytes_per_token_per_layer(kv_bytes, tp)
     blocks = budget // per_block
-    if max_model_len is not None and model.kv_bytes_for_tokens(max_model_len, kv_bytes, tp) > blocks * per_block:
+    if (
+        max_model_len is not None
+        and model.kv_bytes_for_tokens(max_model_len, kv_bytes, tp) > blocks * per_block
+    ):
         raise ConfigError(
             f"one request at max_model_len {max_model_len:,} needs "
             f"{model.kv_bytes_for_tokens(max_model_len, kv_bytes, tp) / GiB:.2f} GiB of KV cache, more than the "

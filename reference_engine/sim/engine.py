@@ -65,8 +65,11 @@ def word_vocabulary(tokenizer) -> list[int]:
     drawn in sequence they read as words and re-tokenize to the same count. Falls back to all
     non-special tokens for other vocabularies."""
     vocab: dict[str, int] = tokenizer.backend.get_vocab(with_added_tokens=False)
-    words = sorted(i for t, i in vocab.items() if t.startswith("Ġ") and len(t) > 2 and t[1:].isascii()
-                   and t[1:].isalpha())
+    words = sorted(
+        i
+        for t, i in vocab.items()
+        if t.startswith("Ġ") and len(t) > 2 and t[1:].isascii() and t[1:].isalpha()
+    )
     if len(words) >= 256:
         return words
     eos = set(getattr(tokenizer, "eos_token_ids", ()))
@@ -78,8 +81,13 @@ def _kv_dtype(name: str) -> str:
     return {"float16": "fp16", "bfloat16": "bf16"}.get(name, name)
 
 
-def build_sim_engine(spec: SimSpec, config: EngineConfig, tokenizer=None,
-                     vocab: Sequence[int] | None = None, sleep: bool = True) -> SimEngine:
+def build_sim_engine(
+    spec: SimSpec,
+    config: EngineConfig,
+    tokenizer=None,
+    vocab: Sequence[int] | None = None,
+    sleep: bool = True,
+) -> SimEngine:
     """Raises ConfigError for an unknown model or GPU, a model that does not fit, or a
     max_model_len that one request cannot hold."""
     config.validate()
@@ -92,14 +100,22 @@ def build_sim_engine(spec: SimSpec, config: EngineConfig, tokenizer=None,
     kv_dtype = _kv_dtype(config.kv_cache_dtype)
     max_model_len = config.max_model_len or model.max_context
     if max_model_len > model.max_context:
-        raise ConfigError(f"max_model_len {max_model_len} exceeds {model.name}'s context of {model.max_context}")
+        raise ConfigError(
+            f"max_model_len {max_model_len} exceeds {model.name}'s context of {model.max_context}"
+        )
     try:
         cost = CostModel(model, gpu, spec.tensor_parallel_size, spec.weight_dtype, kv_dtype)
     except (ValueError, CatalogueError) as exc:
         raise ConfigError(str(exc)) from None
     num_blocks = config.num_blocks or simulated_num_blocks(
-        model, gpu, spec.tensor_parallel_size, spec.gpu_memory_utilization, kv_dtype, config.block_size,
-        max_model_len, weight_dtype=spec.weight_dtype,
+        model,
+        gpu,
+        spec.tensor_parallel_size,
+        spec.gpu_memory_utilization,
+        kv_dtype,
+        config.block_size,
+        max_model_len,
+        weight_dtype=spec.weight_dtype,
     )
     if num_blocks < 2:
         raise ConfigError(f"{model.name} on {gpu.name} leaves {num_blocks} KV blocks; at least 2 are needed")
@@ -107,10 +123,19 @@ def build_sim_engine(spec: SimSpec, config: EngineConfig, tokenizer=None,
     executor = SimExecutor(cost, vocab or word_vocabulary(tokenizer), sleep=sleep)
     eos = tuple(tokenizer.eos_token_ids)
     engine = LLMEngine(
-        executor=executor, tokenizer=tokenizer, num_blocks=num_blocks, block_size=config.block_size,
-        max_model_len=max_model_len, max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens, enable_prefix_caching=config.enable_prefix_caching,
-        allocator=config.allocator, watermark=config.watermark, eos_token_ids=eos,
+        executor=executor,
+        tokenizer=tokenizer,
+        num_blocks=num_blocks,
+        block_size=config.block_size,
+        max_model_len=max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        enable_prefix_caching=config.enable_prefix_caching,
+        allocator=config.allocator,
+        watermark=config.watermark,
+        eos_token_ids=eos,
         vocab_size=tokenizer.vocab_size,
     )
-    return SimEngine(engine, executor, tokenizer, model.name, max_model_len, num_blocks, config.kv_cache_dtype, cost)
+    return SimEngine(
+        engine, executor, tokenizer, model.name, max_model_len, num_blocks, config.kv_cache_dtype, cost
+    )

@@ -59,9 +59,17 @@ class StepRecord:
 class SimExecutor:
     """Implements the engine's Executor protocol. Not thread-safe: the engine thread owns it."""
 
-    def __init__(self, cost: CostModel, vocab: Sequence[int], *, sleep: bool = True,
-                 clock: Callable[[], float] = time.monotonic, sleeper: Callable[[float], None] = time.sleep,
-                 history: int = 4096, catch_up_s: float = 0.005):
+    def __init__(
+        self,
+        cost: CostModel,
+        vocab: Sequence[int],
+        *,
+        sleep: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        sleeper: Callable[[float], None] = time.sleep,
+        history: int = 4096,
+        catch_up_s: float = 0.005,
+    ):
         if not vocab:
             raise ValueError("the simulator needs a non-empty vocabulary to draw tokens from")
         self.cost = cost
@@ -110,7 +118,9 @@ class SimExecutor:
                 self.sleeper(remaining)
         self.modelled_total_s += modelled
         self._last_end = start + modelled
-        self.records.append(StepRecord(len(out.chunks), out.num_batched_tokens, modelled, self.clock() - start))
+        self.records.append(
+            StepRecord(len(out.chunks), out.num_batched_tokens, modelled, self.clock() - start)
+        )
         return result
 
     def _seed(self, request: Request) -> int:
@@ -127,5 +137,7 @@ class SimExecutor:
         lp = self._uniform_logprob
         top = [(token, lp)]
         for j in range(1, top_k):
-            top.append((self.vocab[_mix(self._seed(request) ^ _mix((j << 50) ^ position)) % len(self.vocab)], lp))
+            top.append(
+                (self.vocab[_mix(self._seed(request) ^ _mix((j << 50) ^ position)) % len(self.vocab)], lp)
+            )
         return TokenLogprob(token, lp, top if top_k > 0 else [])

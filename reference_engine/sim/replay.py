@@ -105,7 +105,9 @@ def _prompt_ids(req: TraceRequest, index: int, rng: random.Random) -> list[int]:
     return shared + [rng.randrange(1000, 60_000) for _ in range(req.prompt_tokens - len(shared))]
 
 
-def replay_trace(trace: list[TraceRequest], spec: SimSpec, config: EngineConfig, seed: int = 0) -> ReplayResult:
+def replay_trace(
+    trace: list[TraceRequest], spec: SimSpec, config: EngineConfig, seed: int = 0
+) -> ReplayResult:
     clock = VirtualClock()
     sim = build_sim_engine(spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000))
     # Virtual time: the executor "sleeps" the modelled step by advancing the clock.
@@ -125,7 +127,9 @@ def replay_trace(trace: list[TraceRequest], spec: SimSpec, config: EngineConfig,
             i, req = pending.pop(0)
             params = SamplingParams(max_tokens=req.output_tokens, n=req.n, ignore_eos=True, seed=seed + i)
             try:
-                r = engine.add_request(_prompt_ids(req, i, rng), params, request_id=f"t{i}", arrival_time=req.arrival_s)
+                r = engine.add_request(
+                    _prompt_ids(req, i, rng), params, request_id=f"t{i}", arrival_time=req.arrival_s
+                )
             except InvalidRequestError:
                 result.rejected += 1
                 continue
@@ -160,7 +164,10 @@ def replay_trace(trace: list[TraceRequest], spec: SimSpec, config: EngineConfig,
     result.num_preemptions = stats.num_preemptions
     result.peak_kv_usage = stats.peak_kv_usage
     result.token_state_share = weighted_share / busy if busy else 0.0
-    result.prefix_cache_queries, result.prefix_cache_hits = stats.prefix_cache_queries, stats.prefix_cache_hits
+    result.prefix_cache_queries, result.prefix_cache_hits = (
+        stats.prefix_cache_queries,
+        stats.prefix_cache_hits,
+    )
     result.output_tokens = sum(r.output_tokens for r in result.records)
     return result
 
