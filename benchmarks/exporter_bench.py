@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from exporter.dialects import normalise  # noqa: E402
 from exporter.parse import parse_exposition  # noqa: E402
-from exporter.synthetic import demo_engines, vllm_v1_exposition  # noqa: E402
+from tests.support.synthetic_metrics import demo_engines, vllm_v1_exposition  # noqa: E402
 
 
 def timed(fn, runs: int) -> tuple[float, float, float]:

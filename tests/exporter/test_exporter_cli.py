@@ -1,0 +1,148 @@
+"""`kvscope exporter` and `kvscope exporter inspect` from the command line, and the import rule."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import duration, listen_address, size
+from harness.cli import main
+from tests.support.paths import ROOT
+
+DATA = Path(__file__).parent / "data" / "metrics"
+TRITON = DATA / "trtllm-triton_0.14plus_ifb_nv_trt_llm_readme.prom"
+KEYS = {
+    "labels",
+    "kv_usage_ratio",
+    "kv_capacity_blocks",
+    "kv_block_size_tokens",
+    "kv_capacity_tokens",
+    "prefix_cache_queries_tokens",
+    "prefix_cache_hits_tokens",
+    "preemptions",
+    "requests_running",
+    "requests_waiting",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_finished",
+}
+
+
+def test_inspect_file_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["exporter", "inspect", str(TRITON), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["dialect"] == "trtllm" and isinstance(doc["notes"], list)
+    (inst,) = doc["instances"]
+    assert KEYS <= set(inst)
+    assert inst["kv_usage_ratio"] == 0.4875 and inst["preemptions"] is None
+
+
+def test_inspect_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["exporter", "inspect", str(DATA / "llamacpp_b5600-era_no_labels_pr13196.prom")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("dialect: llamacpp")
+    assert "prompt_tokens                  143" in out and "kv_usage_ratio                 null" in out
+
+
+def test_inspect_stdin() -> None:
+    text = (DATA / "synthetic_tgi_3.x.prom").read_text()
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "exporter", "inspect", "-", "--json"],
+        cwd=ROOT,
+        input=text.encode(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc = json.loads(proc.stdout)
+    assert doc["dialect"] == "tgi" and doc["instances"][0]["kv_usage_ratio"] == 0.75
+
+
+def test_inspect_url(capsys: pytest.CaptureFixture[str]) -> None:
+    body = TRITON.read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        assert main(["exporter", "inspect", url, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["instances"][0]["kv_capacity_blocks"] == 6239
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_inspect_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["exporter", "inspect", "ftp://host/metrics"]) == 1
+    assert "only http and https" in capsys.readouterr().err
+    assert main(["exporter", "inspect", str(DATA / "missing.prom")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["exporter", "inspect", "http://nonexistent.invalid:9/metrics", "--timeout", "5s"]) == 1
+    assert "dns" in capsys.readouterr().err
+
+
+def test_run_rejects_bad_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["exporter"]) == 2
+    assert "at least one --target" in capsys.readouterr().err
+    assert main(["exporter", "--target", "file:///etc/passwd"]) == 2
+    assert "only http and https" in capsys.readouterr().err
+    assert main(["exporter", "--target", "http://a:1/", "--target", "http://a:1/other"]) == 2
+    assert "duplicate target names" in capsys.readouterr().err
+
+
+def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["exporter", "--help"])
+    out = capsys.readouterr().out
+    for word in (
+        "--target",
+        "[NAME=]URL",
+        "--listen",
+        "127.0.0.1:9400",
+        "--interval",
+        "--dialect",
+        "--record",
+        "inspect",
+        "honor_labels",
+    ):
+        assert word in out
+
+
+def test_option_parsers() -> None:
+    assert (
+        duration("1s") == 1 and duration("500ms") == 0.5 and duration("2m") == 120 and duration("1.5") == 1.5
+    )
+    assert size("10MiB") == 10 << 20 and size("512k") == 512 << 10 and size("100") == 100
+    assert listen_address("127.0.0.1:9400") == ("127.0.0.1", 9400)
+    assert listen_address("[::1]:80") == ("::1", 80)
+    for bad, fn in (("0s", duration), ("fast", duration), ("big", size), ("9400", listen_address)):
+        with pytest.raises(argparse.ArgumentTypeError):
+            fn(bad)
+
+
+def test_exporter_imports_stay_light() -> None:
+    code = (
+        "import sys, exporter.cli, exporter.app, exporter.serve, exporter.inspect_cmd\n"
+        "heavy = [m for m in ('torch', 'locust', 'pandas', 'numpy', 'reference_engine', 'harness', "
+        "'loadtests', 'dashboards') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()

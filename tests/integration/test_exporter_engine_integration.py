@@ -1,0 +1,160 @@
+"""The exporter against the real bundled engine under load: its canonical figures equal the
+engine's own counters, and an engine restart shows as an outage with no negative rates."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.prometheus import free_port
+from tests.support.servers import ROOT, server
+
+SYSTEM = "You are a careful assistant who answers questions about the weather in great detail. "
+
+
+def engine_argv(port: int) -> list[str]:
+    # 23 usable blocks of 16 tokens cannot hold 8 requests of ~150 tokens: preemption.
+    return [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "engine",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        "tiny-random",
+        "--num-blocks",
+        "24",
+        "--max-num-seqs",
+        "8",
+    ]
+
+
+def complete(base: str, i: int) -> dict:
+    body = json.dumps(
+        {
+            "model": "tiny-random",
+            "prompt": SYSTEM + f"Question {i}?",
+            "max_tokens": 48,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
+    ).encode()
+    req = urllib.request.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:  # noqa: S310 - loopback
+        return json.load(r)
+
+
+def load(base: str, n: int = 8) -> None:
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(lambda i: complete(base, i), range(n)))
+    assert all(r["usage"]["completion_tokens"] == 48 for r in results)
+
+
+def engine_counters(base: str) -> dict[str, float]:
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:  # noqa: S310
+        text = r.read().decode()
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in (
+                "vllm:kv_cache_usage_perc",
+                "vllm:prefix_cache_hits_total",
+                "vllm:prefix_cache_queries_total",
+                "vllm:num_preemptions_total",
+                "vllm:num_requests_running",
+            ):
+                values[s.name] = s.value
+    return values
+
+
+def exporter_latest(eport: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{eport}/api/v1/samples?target=engine", timeout=10) as r:  # noqa: S310
+        points = json.load(r)["targets"][0]["samples"]
+    return points[-1]
+
+
+def exporter_metric(eport: int, name: str) -> list[float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{eport}/metrics", timeout=10) as r:  # noqa: S310
+        text = r.read().decode()
+    return [s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+
+
+def wait_until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise TimeoutError(what)
+
+
+@contextmanager
+def exporter(port: int, eport: int, log):
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--target",
+            f"engine=http://127.0.0.1:{port}",
+            "--listen",
+            f"127.0.0.1:{eport}",
+            "--interval",
+            "0.5s",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_exporter_matches_engine_statistics_and_survives_a_restart(tmp_path):
+    port, eport = free_port(), free_port()
+    with open(tmp_path / "exporter.log", "wb") as log, exporter(port, eport, log):
+        with server(engine_argv(port), port, "/health", 180.0, tmp_path / "engine1.log") as base:
+            load(base)
+            wait_until(lambda: engine_counters(base)["vllm:num_requests_running"] == 0, 30, "engine idle")
+            engine = engine_counters(base)
+            started = time.time()
+            point = wait_until(
+                lambda: (p := exporter_latest(eport))["t"] > started and p, 10, "a fresh scrape"
+            )
+            (sample,) = point["instances"]
+            assert engine["vllm:num_preemptions_total"] > 0, "the tiny pool preempted"
+            assert sample["preemptions"] == engine["vllm:num_preemptions_total"]
+            assert engine["vllm:prefix_cache_hits_total"] > 0, "the shared system prompt hit"
+            assert sample["prefix_cache_hits_tokens"] == engine["vllm:prefix_cache_hits_total"]
+            assert sample["prefix_cache_queries_tokens"] == engine["vllm:prefix_cache_queries_total"]
+            assert sample["kv_usage_ratio"] == engine["vllm:kv_cache_usage_perc"] == 0.0
+            assert sample["kv_capacity_blocks"] == 24 and sample["kv_block_size_tokens"] == 16
+        # Engine down: the exporter keeps running and reports the outage.
+        wait_until(
+            lambda: exporter_metric(eport, "kvscope_target_up") == [0.0], 15, "up = 0 during the outage"
+        )
+        with server(engine_argv(port), port, "/health", 180.0, tmp_path / "engine2.log") as base:
+            wait_until(
+                lambda: exporter_metric(eport, "kvscope_target_up") == [1.0], 15, "up = 1 after the restart"
+            )
+            load(base, 4)
+            time.sleep(1.5)
+            rates = exporter_metric(eport, "kvscope_preemptions_per_second")
+            ratios = exporter_metric(eport, "kvscope_prefix_cache_hit_ratio")
+            assert rates and all(r >= 0 for r in rates), rates
+            assert ratios and all(0 <= r <= 1 for r in ratios), ratios
