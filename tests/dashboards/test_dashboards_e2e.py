@@ -15,9 +15,9 @@ import urllib.request
 from pathlib import Path
 
 import yaml
-from test_exporter_engine_integration import complete, engine_argv
 
 from dashboards.generate import all_panel_queries, build_all
+from tests.support.preempting_engine import complete, engine_argv
 from tests.support.prometheus import SHIPPED_PROM_DIR, free_port, query, shipped_prometheus, stop_process
 from tests.support.servers import ROOT, server
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from harness.results import load
-from tests.harness_support import (
+from tests.support.servers import (
     ROOT,
     engine,
     finished_requests,

@@ -7,7 +7,7 @@ import pytest
 
 from harness.procs import free_port
 from harness.results import load
-from tests.harness_support import kvscope_run, locust_requests, standin
+from tests.support.servers import kvscope_run, locust_requests, standin
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

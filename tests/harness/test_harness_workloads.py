@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from harness.length_dists import load_sharegpt
-from tests.harness_support import ROOT, locust_requests, standin
+from tests.support.servers import ROOT, locust_requests, standin
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
