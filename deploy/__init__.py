@@ -1,0 +1,1 @@
+"""Deployment tooling: generates the Helm chart's files and the plain Kubernetes manifests."""
