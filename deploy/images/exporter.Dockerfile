@@ -22,8 +22,8 @@ COPY . /src
 RUN /opt/kvscope/bin/pip install /src
 
 FROM ${PYTHON_IMAGE}
-RUN groupadd --system --gid 10001 kvscope \
- && useradd --system --uid 10001 --gid kvscope --no-create-home --home-dir /nonexistent \
+RUN groupadd --gid 10001 kvscope \
+ && useradd --uid 10001 --gid kvscope --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin kvscope
 COPY --from=build /opt/kvscope /opt/kvscope
 ENV PATH=/opt/kvscope/bin:$PATH \

@@ -20,8 +20,8 @@ COPY . /src
 RUN /opt/kvscope/bin/pip install "/src[harness]"
 
 FROM ${PYTHON_IMAGE}
-RUN groupadd --system --gid 10001 kvscope \
- && useradd --system --uid 10001 --gid kvscope --no-create-home --home-dir /tmp \
+RUN groupadd --gid 10001 kvscope \
+ && useradd --uid 10001 --gid kvscope --no-create-home --home-dir /tmp \
         --shell /usr/sbin/nologin kvscope \
  && install -d -o 10001 -g 10001 /results
 COPY --from=build /opt/kvscope /opt/kvscope

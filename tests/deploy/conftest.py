@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from deploy import chart, generate
+from tests.deploy.live_target import vllm_metrics_server
 
 
 def load_manifest(path: Path) -> list[dict[str, Any]]:
@@ -32,3 +33,10 @@ def manifest_files() -> dict[str, list[dict[str, Any]]]:
 @pytest.fixture(scope="session")
 def manifest_docs(manifest_files) -> list[dict[str, Any]]:
     return [doc for docs in manifest_files.values() for doc in docs]
+
+
+@pytest.fixture
+def vllm_target():
+    """The /metrics URL of a live vLLM-dialect target on loopback."""
+    with vllm_metrics_server() as url:
+        yield url
