@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from deploy import chart, generate
-from tests.deploy.live_target import vllm_metrics_server
+from tests.deploy.live_target import VLLM_EXPOSITION
+from tests.support.static_metrics import static_server
 
 
 def load_manifest(path: Path) -> list[dict[str, Any]]:
@@ -38,5 +39,5 @@ def manifest_docs(manifest_files) -> list[dict[str, Any]]:
 @pytest.fixture
 def vllm_target():
     """The /metrics URL of a live vLLM-dialect target on loopback."""
-    with vllm_metrics_server() as url:
+    with static_server(VLLM_EXPOSITION) as url:
         yield url

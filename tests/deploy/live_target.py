@@ -1,23 +1,17 @@
-"""What both exporter-image tests share: the packages the image must not contain, and a
-live target on loopback that speaks vLLM's metric names (stdlib only, so nothing of the
-exporter's own stack serves it)."""
+"""What both exporter-image tests share: the packages the image must not contain, a vLLM
+exposition for a live target on loopback, and the check that the exporter scraped it."""
 
 from __future__ import annotations
 
-import contextlib
-import http.server
 import json
 import re
-import socket
 import subprocess
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 
 HEAVY = {"torch", "pandas", "locust", "numpy"}
 # vLLM V1 names, as a vLLM server exposes them.
-VLLM_EXPOSITION = b"""\
+VLLM_EXPOSITION = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="smol"} 3.0
@@ -31,37 +25,6 @@ vllm:kv_cache_usage_perc{engine="0",model_name="smol"} 0.42
 # TYPE vllm:num_preemptions_total counter
 vllm:num_preemptions_total{engine="0",model_name="smol"} 7.0
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class VllmMetrics(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - http.server's name
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(VLLM_EXPOSITION)))
-        self.end_headers()
-        self.wfile.write(VLLM_EXPOSITION)
-
-    def log_message(self, *args):
-        pass
-
-
-@contextlib.contextmanager
-def vllm_metrics_server() -> Iterator[str]:
-    """Serve VLLM_EXPOSITION on 127.0.0.1; yields its /metrics URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), VllmMetrics)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def get(url: str) -> str:

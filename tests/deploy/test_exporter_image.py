@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.live_target import HEAVY, check_exporter_scrapes, free_port
+from tests.deploy.live_target import HEAVY, check_exporter_scrapes
 from tests.support.paths import ROOT
+from tests.support.prometheus import free_port
 
 DOCKERFILE = ROOT / "deploy" / "images" / "exporter.Dockerfile"
 

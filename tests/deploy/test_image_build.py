@@ -16,7 +16,8 @@ import subprocess
 import pytest
 
 from deploy import offline_build
-from tests.deploy.live_target import HEAVY, check_exporter_scrapes, free_port
+from tests.deploy.live_target import HEAVY, check_exporter_scrapes
+from tests.support.prometheus import free_port
 
 
 def inspect(image: str) -> dict:

@@ -13,17 +13,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import ROOT
 from tests.support.prometheus import free_port, query, start_prometheus, targets_health, wait_for_query
+from tests.support.static_metrics import static_server
 
 DATA = Path(__file__).parent / "data" / "metrics"
 
@@ -31,31 +30,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed"),
 ]
-
-
-@contextlib.contextmanager
-def static_server(text: str) -> Iterator[str]:
-    body = text.encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextlib.contextmanager
