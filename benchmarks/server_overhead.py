@@ -153,22 +153,25 @@ def overhead(args: argparse.Namespace) -> None:
 
 def sim_child(argv: list[str]) -> int:
     """Child mode: a --simulate server that writes its step records to a file when it stops."""
-    from reference_engine.cli import add_engine_args, config_from_args
+    from reference_engine.engine_args import (
+        add_engine_args,
+        engine_config_from_args,
+        simulator_config_from_args,
+    )
     from reference_engine.server.app import create_app
     from reference_engine.server.metrics import cache_config_labels
+    from reference_engine.server.options import DEFAULT_SHUTDOWN_GRACE_S
     from reference_engine.server.serve_cli import serve
     from reference_engine.server.state import ServerConfig
-    from reference_engine.sim.engine import SimSpec, build_sim_engine
+    from reference_engine.sim.engine import build_sim_engine
 
     ap = argparse.ArgumentParser()
     ap.add_argument("records")
-    ap.add_argument("--sim-model")
-    ap.add_argument("--sim-gpu")
-    ap.add_argument("--tensor-parallel-size", type=int)
-    add_engine_args(ap)
+    add_engine_args(ap, ("engine", "simulator"))
     a = ap.parse_args(argv)
-    config = config_from_args(a)
-    built = build_sim_engine(SimSpec(a.sim_model, a.sim_gpu, a.tensor_parallel_size), config)
+    config, spec = engine_config_from_args(a), simulator_config_from_args(a)
+    assert spec is not None, "the sim child is started with --simulate"
+    built = build_sim_engine(spec, config)
     info = cache_config_labels(
         config.block_size,
         built.num_blocks,
@@ -177,9 +180,9 @@ def sim_child(argv: list[str]) -> int:
         config.allocator,
     )
     app = create_app(
-        built.engine, built.tokenizer, ServerConfig(a.sim_model, "simulated"), info, built.executor.begin_step
+        built.engine, built.tokenizer, ServerConfig(spec.model, "simulated"), info, built.executor.begin_step
     )
-    code = asyncio.run(serve(app, "127.0.0.1", 0, 10.0))
+    code = asyncio.run(serve(app, "127.0.0.1", 0, DEFAULT_SHUTDOWN_GRACE_S))
     records = [[r.num_seqs, r.num_tokens, r.modelled_s, r.measured_s] for r in built.executor.records]
     with open(a.records, "w") as f:
         json.dump(records, f)
@@ -188,6 +191,7 @@ def sim_child(argv: list[str]) -> int:
 
 def sim(args: argparse.Namespace) -> None:
     deployment = [
+        "--simulate",
         "--sim-model",
         args.sim_model,
         "--sim-gpu",

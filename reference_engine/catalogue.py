@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
+from reference_engine.config import KV_CACHE_DTYPES
+
 AttentionKind = Literal["full", "sliding", "mla"]
 GiB = 1 << 30
 
@@ -52,19 +54,12 @@ _DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
         "mxfp4": 4.25 / 8,
     }
 )
-_KV_DTYPES = (
-    "auto",
-    "fp32",
-    "float32",
-    "bf16",
-    "bfloat16",
-    "fp16",
-    "float16",
-    "fp8",
-    "fp8_e4m3",
-    "fp8_e5m2",
-    "int8",
+# KV dtypes the sizing reads: the engine's own settings plus the spellings vLLM and others
+# accept for the same formats.
+_KV_DTYPE_ALIASES: Mapping[str, str] = MappingProxyType(
+    {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 )
+_KV_DTYPES = (*KV_CACHE_DTYPES, *_KV_DTYPE_ALIASES)
 
 
 def kv_dtype_bytes(kv_dtype: str) -> int:

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from reference_engine.config import ALLOCATORS, EngineConfig
+from reference_engine.engine_args import add_engine_args, engine_config_from_args
 from reference_engine.server.serve_cli import register_serve
 
 DEMO_PROMPTS = [
@@ -22,101 +22,6 @@ DEMO_PROMPTS = [
 ]
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    """Every engine flag; names follow vLLM's where vLLM has one."""
-    d = EngineConfig()
-    g = parser.add_argument_group("engine")
-    g.add_argument(
-        "--model",
-        default=d.model,
-        help="smollm2-135m, tiny-random, a .gguf file or a Hugging Face folder (default: %(default)s)",
-    )
-    size = g.add_mutually_exclusive_group()
-    size.add_argument(
-        "--num-blocks",
-        type=int,
-        help=f"KV blocks in the pool, null block included (default: {d.default_num_blocks})",
-    )
-    size.add_argument(
-        "--kv-cache-memory",
-        type=int,
-        metavar="BYTES",
-        help="size the pool from a KV memory budget in bytes instead",
-    )
-    g.add_argument(
-        "--block-size", type=int, default=d.block_size, help="tokens per KV block (default: %(default)s)"
-    )
-    g.add_argument(
-        "--max-num-seqs",
-        type=int,
-        default=d.max_num_seqs,
-        help="most sequences running at once (default: %(default)s)",
-    )
-    g.add_argument(
-        "--max-num-batched-tokens",
-        type=int,
-        default=d.max_num_batched_tokens,
-        help="token budget per step (default: %(default)s)",
-    )
-    g.add_argument("--max-model-len", type=int, help="context limit per request (default: the model's)")
-    g.add_argument(
-        "--allocator",
-        choices=ALLOCATORS,
-        default=d.allocator,
-        help="paged; contiguous: reserve max-model-len per request up front (the pre-paging baseline); "
-        "contiguous-oracle: reserve prompt + max-tokens (default: %(default)s)",
-    )
-    g.add_argument(
-        "--no-enable-prefix-caching",
-        dest="enable_prefix_caching",
-        action="store_false",
-        help="turn the prefix cache off",
-    )
-    g.add_argument(
-        "--kv-cache-dtype",
-        default=d.kv_cache_dtype,
-        choices=("auto", "float32", "float16", "bfloat16", "fp8", "int8"),
-        help="KV storage type; fp8 and int8 hold twice the tokens of 16-bit (default: %(default)s = model dtype)",
-    )
-    g.add_argument(
-        "--attention-backend",
-        default=d.attention_backend,
-        choices=("auto", "torch", "triton"),
-        help="auto: Triton on CUDA, torch on CPU (default: %(default)s)",
-    )
-    g.add_argument(
-        "--dtype",
-        default=d.dtype,
-        choices=("float32", "float16", "bfloat16"),
-        help="model compute dtype (default: %(default)s)",
-    )
-    g.add_argument("--device", default=d.device, help="torch device (default: %(default)s)")
-    g.add_argument(
-        "--seed", type=int, default=d.seed, help="seed for tiny-random weights (default: %(default)s)"
-    )
-    g.add_argument("--num-threads", type=int, help="torch CPU threads (default: half the cores, at least 1)")
-
-
-def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig(
-        model=args.model,
-        block_size=args.block_size,
-        num_blocks=args.num_blocks,
-        kv_cache_memory=args.kv_cache_memory,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len,
-        allocator=args.allocator,
-        enable_prefix_caching=args.enable_prefix_caching,
-        kv_cache_dtype=args.kv_cache_dtype,
-        attention_backend=args.attention_backend,
-        dtype=args.dtype,
-        device=args.device,
-        seed=args.seed,
-        num_threads=args.num_threads,
-    )
-
-
 def register(subparsers) -> None:
     engine = subparsers.add_parser("engine", help="run the bundled paged reference engine")
     sub = engine.add_subparsers(dest="engine_command", metavar="SUBCOMMAND", required=True)
@@ -126,7 +31,7 @@ def register(subparsers) -> None:
         description="Generate completions for a batch of prompts and report throughput and KV-cache statistics. "
         "With no PROMPT, a built-in batch of factual prompts is used.",
     )
-    add_engine_args(gen)
+    add_engine_args(gen, ("engine",))
     s = gen.add_argument_group("sampling")
     s.add_argument(
         "--max-tokens", type=int, default=32, help="tokens to generate per prompt (default: %(default)s)"
@@ -148,7 +53,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from reference_engine.sampling_params import SamplingParams
 
     try:
-        built = build_engine(config_from_args(args))
+        built = build_engine(engine_config_from_args(args))
         params = SamplingParams(
             max_tokens=args.max_tokens,
             temperature=args.temperature,

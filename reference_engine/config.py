@@ -1,24 +1,45 @@
-"""Engine configuration: one typed record, passed explicitly (no global state)."""
+"""Engine configuration: one typed record, passed explicitly (no global state).
+
+The `Literal` types below are the only lists of allowed values: the tuples next to them are
+derived with `typing.get_args`, and the engine's flags (`reference_engine.engine_args`) take
+their choices from the same types. Each flag's help text lives on its field (`arg_field`).
+Stdlib only, so the harness and the catalogue can read it without torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
-AllocatorMode = Literal["paged", "contiguous", "contiguous-oracle"]
-KVCacheDType = Literal["auto", "float32", "float16", "bfloat16", "fp8", "int8"]
-AttentionBackendName = Literal["auto", "torch", "triton"]
-
+from reference_engine.arg_field import arg_field
 
 # paged: blocks on demand. contiguous: each request reserves max_model_len tokens at
 # admission (the pre-paging systems the PagedAttention paper measures). contiguous-oracle:
 # reserves exactly prompt + max_tokens, the paper's bound for a system that knew each
 # request's true output length.
-ALLOCATORS = ("paged", "contiguous", "contiguous-oracle")
+AllocatorMode = Literal["paged", "contiguous", "contiguous-oracle"]
+# auto: the model dtype. fp8 and int8 are quantized (see attention/quantization.py).
+KVCacheDType = Literal["auto", "float32", "float16", "bfloat16", "fp8", "int8"]
+AttentionBackendName = Literal["auto", "torch", "triton"]
+ModelDType = Literal["float32", "float16", "bfloat16"]
+
+ALLOCATORS: tuple[AllocatorMode, ...] = get_args(AllocatorMode)
+KV_CACHE_DTYPES: tuple[KVCacheDType, ...] = get_args(KVCacheDType)
+ATTENTION_BACKENDS: tuple[AttentionBackendName, ...] = get_args(AttentionBackendName)
+MODEL_DTYPES: tuple[ModelDType, ...] = get_args(ModelDType)
+
+DEFAULT_NUM_BLOCKS = 1024
 
 
 class ConfigError(ValueError):
     """A configuration that cannot work; raised before any request is accepted."""
+
+
+def check_kv_cache_dtype(kv_cache_dtype: str) -> None:
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ConfigError(
+            f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}"
+        )
 
 
 @dataclass(slots=True)
@@ -30,27 +51,47 @@ class EngineConfig:
     like vLLM's `num_gpu_blocks`, so the usable pool is `num_blocks - 1`.
     """
 
-    model: str = "smollm2-135m"
-    block_size: int = 16
-    num_blocks: int | None = None
-    kv_cache_memory: int | None = None  # bytes for K and V across all layers
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    max_model_len: int | None = None  # None: the model's context length
-    allocator: AllocatorMode = "paged"
-    enable_prefix_caching: bool = True
+    model: str = arg_field(
+        "smollm2-135m",
+        "smollm2-135m, tiny-random, a .gguf file or a Hugging Face folder (default: %(default)s)",
+    )
+    num_blocks: int | None = arg_field(
+        None, f"KV blocks in the pool, null block included (default: {DEFAULT_NUM_BLOCKS})", exclusive="pool"
+    )
+    # bytes for K and V across all layers
+    kv_cache_memory: int | None = arg_field(
+        None, "size the pool from a KV memory budget in bytes instead", metavar="BYTES", exclusive="pool"
+    )
+    block_size: int = arg_field(16, "tokens per KV block (default: %(default)s)")
+    max_num_seqs: int = arg_field(64, "most sequences running at once (default: %(default)s)")
+    max_num_batched_tokens: int = arg_field(2048, "token budget per step (default: %(default)s)")
+    max_model_len: int | None = arg_field(None, "context limit per request (default: the model's)")
+    allocator: AllocatorMode = arg_field(
+        "paged",
+        "paged; contiguous: reserve max-model-len per request up front (the pre-paging baseline); "
+        "contiguous-oracle: reserve prompt + max-tokens (default: %(default)s)",
+    )
+    enable_prefix_caching: bool = arg_field(
+        True, "turn the prefix cache off", flag="--no-enable-prefix-caching"
+    )
     watermark: float = 0.01  # share of blocks kept free when admitting, against churn
-    kv_cache_dtype: KVCacheDType = "auto"
-    attention_backend: AttentionBackendName = "auto"
-    dtype: str = "float32"  # model compute dtype; float32 is the fast and exact path on CPU
-    device: str = "cpu"
-    seed: int = 0
+    kv_cache_dtype: KVCacheDType = arg_field(
+        "auto",
+        "KV storage type; fp8 and int8 hold twice the tokens of 16-bit (default: %(default)s = model dtype)",
+    )
+    attention_backend: AttentionBackendName = arg_field(
+        "auto", "auto: Triton on CUDA, torch on CPU (default: %(default)s)"
+    )
+    # float32 is the fast and exact path on CPU
+    dtype: ModelDType = arg_field("float32", "model compute dtype (default: %(default)s)")
+    device: str = arg_field("cpu", "torch device (default: %(default)s)")
+    seed: int = arg_field(0, "seed for tiny-random weights (default: %(default)s)")
     # torch intra-op threads. None: half the cores, at least one. Oversubscribed OpenMP
     # threads spin against the server's event loop and load generators on the same cores;
     # measured on 2 loaded cores, tiny-random ran 50x slower with 2 threads than with 1.
-    num_threads: int | None = None
+    num_threads: int | None = arg_field(None, "torch CPU threads (default: half the cores, at least 1)")
 
-    default_num_blocks: int = 1024
+    default_num_blocks: int = DEFAULT_NUM_BLOCKS
 
     def validate(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):

@@ -198,7 +198,7 @@ def _last_value(server: pd.DataFrame, column: str) -> Any:
 
 def deployment(run: dict[str, Any], server: pd.DataFrame) -> Deployment:
     """The Deployment of a run (see the module doc for the order of sources)."""
-    from reference_engine.cli import config_from_args
+    from reference_engine.engine_args import engine_config_from_args as config_from_args
 
     config_section = run.get("config") if isinstance(run.get("config"), dict) else {}
     bundled = (

@@ -17,8 +17,7 @@ import torch
 
 from reference_engine.attention.kv_cache import LayerKVCache
 from reference_engine.attention.metadata import AttentionMetadata
-from reference_engine.attention.quantization import check_kv_cache_dtype
-from reference_engine.config import ConfigError
+from reference_engine.config import ConfigError, check_kv_cache_dtype
 
 # Powers of two (as EngineConfig requires; page/slot splits then compile to shifts and
 # masks) within the range the kernel tests cover (8, 16 and 64 are exercised).

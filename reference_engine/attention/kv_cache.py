@@ -14,6 +14,7 @@ import torch
 from reference_engine.attention.quantization import (
     INT8_SCALE_DTYPE,
     KVQuant,
+    fp8_scale_for,
     kv_quant_of,
     kv_storage_dtype,
 )
@@ -111,3 +112,25 @@ def copy_blocks(caches: list[LayerKVCache], pairs: list[tuple[int, int]]) -> Non
             per_block += [cache.k_scale, cache.v_scale]
         for t in per_block:
             t[dst] = t[src]
+
+
+def calibrate_fp8_scales(
+    cache: LayerKVCache,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Set an fp8 cache's per-tensor scales from its first write; later writes leave them alone.
+
+    Padding rows (slot -1) are excluded with a mask rather than boolean indexing, which
+    would force a device-to-host sync. The host-side flag keeps the steady state free of
+    the amax reduction.
+    """
+    if cache.fp8_calibrated:
+        return
+    assert cache.k_scale is not None and cache.v_scale is not None
+    valid = (slot_mapping >= 0)[:, None, None]
+    for x, scale in ((key, cache.k_scale), (value, cache.v_scale)):
+        amax = torch.where(valid, x.float().abs(), 0.0).amax()
+        scale.copy_(fp8_scale_for(amax).reshape(1))
+    cache.fp8_calibrated = True

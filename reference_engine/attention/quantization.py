@@ -1,12 +1,12 @@
 """KV cache storage formats: which dtype a cache holds, and how values are quantized into it.
 
-Formats (the `kv_cache_dtype` setting):
+Formats (the `kv_cache_dtype` setting; the list is `config.KVCacheDType`):
 
 * `auto` stores the model dtype; `float32`, `float16`, `bfloat16` store that dtype. Values
   are cast on store and read back as fp32.
 * `fp8`: `torch.float8_e4m3fn` with one float32 scale per tensor (K and V of each layer
-  separately). The scale is calibrated on the layer's first write as
-  `max(amax, FP8_AMAX_FLOOR) / (448 / FP8_HEADROOM)`: later tokens can be twice as large as
+  separately). The scale is calibrated on the layer's first write
+  (`kv_cache.calibrate_fp8_scales`) as `max(amax, FP8_AMAX_FLOOR) / (448 / FP8_HEADROOM)`: later tokens can be twice as large as
   anything in the first batch before they saturate (e4m3's dynamic range is wide, so the
   headroom costs nothing measurable), and the floor keeps a warm-up write of zeros from
   leaving a uselessly tiny scale. Values beyond the range saturate to +-448 (e4m3fn has no
@@ -25,16 +25,11 @@ write kernel reproduces it bit for bit, so the two paths write identical caches.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TYPE_CHECKING
 
 import torch
 
-from reference_engine.config import ConfigError
+from reference_engine.config import MODEL_DTYPES, ConfigError, check_kv_cache_dtype
 
-if TYPE_CHECKING:
-    from reference_engine.attention.kv_cache import LayerKVCache
-
-KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16", "fp8", "int8")
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
 FP8_HEADROOM = 2.0
@@ -44,7 +39,8 @@ INT8_SCALE_DTYPE = torch.float16
 # The smallest divisor used for an all-zero int8 row: any positive value gives q = 0 there.
 INT8_MIN_DIVISOR = 1e-30
 
-_FLOAT_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# One torch dtype per `ModelDType` name; also what the float `kv_cache_dtype` settings store.
+_FLOAT_DTYPES = {name: getattr(torch, name) for name in MODEL_DTYPES}
 
 
 class KVQuant(IntEnum):
@@ -53,13 +49,6 @@ class KVQuant(IntEnum):
     NONE = 0
     FP8_PER_TENSOR = 1
     INT8_PER_TOKEN_HEAD = 2
-
-
-def check_kv_cache_dtype(kv_cache_dtype: str) -> None:
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise ConfigError(
-            f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}"
-        )
 
 
 def as_model_dtype(dtype: torch.dtype | str) -> torch.dtype:
@@ -120,25 +109,3 @@ def dequantize(data: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
     if quant == KVQuant.FP8_PER_TENSOR:
         return data.float() * scale
     return data.float() * scale.float()[..., None]
-
-
-def calibrate_fp8_scales(
-    cache: LayerKVCache,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    slot_mapping: torch.Tensor,
-) -> None:
-    """Set an fp8 cache's per-tensor scales from its first write; later writes leave them alone.
-
-    Padding rows (slot -1) are excluded with a mask rather than boolean indexing, which
-    would force a device-to-host sync. The host-side flag keeps the steady state free of
-    the amax reduction.
-    """
-    if cache.fp8_calibrated:
-        return
-    assert cache.k_scale is not None and cache.v_scale is not None
-    valid = (slot_mapping >= 0)[:, None, None]
-    for x, scale in ((key, cache.k_scale), (value, cache.v_scale)):
-        amax = torch.where(valid, x.float().abs(), 0.0).amax()
-        scale.copy_(fp8_scale_for(amax).reshape(1))
-    cache.fp8_calibrated = True

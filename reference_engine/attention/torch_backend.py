@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from reference_engine.attention.kv_cache import LayerKVCache
+from reference_engine.attention.kv_cache import LayerKVCache, calibrate_fp8_scales
 from reference_engine.attention.metadata import AttentionMetadata
 from reference_engine.attention.quantization import (
     KVQuant,
-    calibrate_fp8_scales,
     dequantize,
     quantize_fp8,
     quantize_int8,

@@ -12,13 +12,12 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_engine.attention.kv_cache import LayerKVCache
+from reference_engine.attention.kv_cache import LayerKVCache, calibrate_fp8_scales
 from reference_engine.attention.quantization import (
     FP8_MAX,
     INT8_MAX,
     INT8_MIN_DIVISOR,
     KVQuant,
-    calibrate_fp8_scales,
 )
 from reference_engine.attention.triton_paged_kv import PagedKVArgs
 

@@ -14,17 +14,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 
+from reference_engine.engine_args import (
+    add_engine_args,
+    engine_config_from_args,
+    serve_options_from_args,
+    simulator_config_from_args,
+)
+from reference_engine.server.options import read_api_key
+
 log = logging.getLogger("kvscope.server")
-API_KEY_ENV = "KVSCOPE_API_KEY"
 
 
 def register_serve(subparsers) -> None:
-    from reference_engine.cli import add_engine_args
-
     p = subparsers.add_parser(
         "serve",
         help="serve the engine over an OpenAI-compatible HTTP API with vLLM-style /metrics",
@@ -33,119 +37,36 @@ def register_serve(subparsers) -> None:
         "own per-request timings (also in the x-kvscope-timing header when not streaming). With --simulate, "
         "the real scheduler and block pool run with a cost model of --sim-model on --sim-gpu instead of a model.",
     )
-    s = p.add_argument_group("server")
-    s.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind; 0.0.0.0 exposes the server to the network (default: %(default)s)",
-    )
-    s.add_argument(
-        "--port", type=int, default=8000, help="TCP port; 0 picks a free one (default: %(default)s)"
-    )
-    s.add_argument(
-        "--served-model-name",
-        help="name clients send as 'model' and metrics carry as model_name "
-        "(default: --model, or --sim-model with --simulate)",
-    )
-    s.add_argument(
-        "--api-key",
-        help=f"require 'Authorization: Bearer KEY' on /v1/* (also ${API_KEY_ENV}); "
-        "prefer --api-key-file, since arguments are visible to other local users",
-    )
-    s.add_argument("--api-key-file", help="read the API key from this file (first line)")
-    s.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="on SIGTERM, how long in-flight requests may run before they are aborted (default: %(default)s)",
-    )
-    s.add_argument("--access-log", action="store_true", help="log one line per HTTP request")
-    s.add_argument(
-        "--log-level",
-        default="info",
-        choices=("debug", "info", "warning", "error"),
-        help="(default: %(default)s)",
-    )
     add_engine_args(p)
-    sim = p.add_argument_group("simulation")
-    sim.add_argument(
-        "--simulate",
-        action="store_true",
-        help="no model: step times from a cost model, KV pool sized for --sim-model on --sim-gpu",
-    )
-    sim.add_argument(
-        "--sim-model", default="llama-3.1-70b", help="catalogue model to simulate (default: %(default)s)"
-    )
-    sim.add_argument(
-        "--sim-gpu", default="h100-80gb", help="catalogue GPU to simulate (default: %(default)s)"
-    )
-    sim.add_argument(
-        "--tensor-parallel-size",
-        type=int,
-        default=1,
-        help="GPUs the simulated model is split over (default: %(default)s)",
-    )
-    sim.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=0.9,
-        help="share of GPU memory for weights plus KV cache, as in vLLM (default: %(default)s)",
-    )
-    sim.add_argument(
-        "--sim-weight-dtype",
-        default="auto",
-        choices=("auto", "bf16", "fp16", "fp8", "int8", "int4"),
-        help="weight dtype of the simulated model (auto: its checkpoint's)",
-    )
     p.set_defaults(func=run_serve)
 
 
-def read_api_key(args: argparse.Namespace) -> str | None:
-    """--api-key, --api-key-file or $KVSCOPE_API_KEY (at most one of the first two)."""
-    if args.api_key and args.api_key_file:
-        raise ValueError("give --api-key or --api-key-file, not both")
-    if args.api_key_file:
-        with open(args.api_key_file, encoding="utf-8") as f:
-            key = f.readline().strip()
-        if not key:
-            raise ValueError(f"{args.api_key_file}: the API key file is empty")
-        return key
-    return args.api_key or os.environ.get(API_KEY_ENV) or None
-
-
 def run_serve(args: argparse.Namespace) -> int:
+    options = serve_options_from_args(args)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    from reference_engine.cli import config_from_args
     from reference_engine.model.errors import ModelLoadError
     from reference_engine.server.app import create_app
     from reference_engine.server.metrics import cache_config_labels
     from reference_engine.server.state import ServerConfig
 
     try:
-        api_key = read_api_key(args)
-        config = config_from_args(args)
-        if args.simulate:
-            from reference_engine.sim.engine import SimSpec, build_sim_engine
+        api_key = read_api_key(options)
+        config = engine_config_from_args(args)
+        spec = simulator_config_from_args(args)
+        if spec is not None:
+            from reference_engine.sim.engine import build_sim_engine
 
-            spec = SimSpec(
-                args.sim_model,
-                args.sim_gpu,
-                args.tensor_parallel_size,
-                args.gpu_memory_utilization,
-                args.sim_weight_dtype,
-            )
             built = build_sim_engine(spec, config)
-            source = f"simulated {built.model_name} on {args.tensor_parallel_size} x {args.sim_gpu}"
+            source = f"simulated {built.model_name} on {spec.tensor_parallel_size} x {spec.gpu}"
             on_step_start = built.executor.begin_step
-            default_name = args.sim_model
+            default_name = spec.model
         else:
             from reference_engine.engine_factory import build_engine
 
             built = build_engine(config)
-            source, on_step_start, default_name = built.loaded.source, None, args.model
+            source, on_step_start, default_name = built.loaded.source, None, config.model
     except (OSError, ValueError, ModelLoadError) as exc:
         print(f"kvscope engine serve: error: {exc}", file=sys.stderr)
         return 2
@@ -156,7 +77,9 @@ def run_serve(args: argparse.Namespace) -> int:
         config.enable_prefix_caching,
         config.allocator,
     )
-    server_config = ServerConfig(args.served_model_name or default_name, source, api_key, args.shutdown_grace)
+    server_config = ServerConfig(
+        options.served_model_name or default_name, source, api_key, options.shutdown_grace
+    )
     app = create_app(built.engine, built.tokenizer, server_config, cache_info, on_step_start)
     log.info(
         "serving %s (%s): %d KV blocks x %d tokens, max_model_len %d%s",
@@ -167,7 +90,7 @@ def run_serve(args: argparse.Namespace) -> int:
         built.max_model_len,
         ", API key required" if api_key else "",
     )
-    return asyncio.run(serve(app, args.host, args.port, args.shutdown_grace, args.access_log))
+    return asyncio.run(serve(app, options.host, options.port, options.shutdown_grace, options.access_log))
 
 
 async def serve(app, host: str, port: int, grace_s: float, access_log: bool = False) -> int:

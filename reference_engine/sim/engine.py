@@ -19,18 +19,7 @@ from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.engine import LLMEngine
 from reference_engine.sim.cost_model import CostModel, simulated_num_blocks
 from reference_engine.sim.executor import SimExecutor
-
-
-@dataclass(frozen=True, slots=True)
-class SimSpec:
-    """The deployment being simulated. Scheduler knobs (block size, max_num_seqs, token
-    budget, prefix caching, allocator, max_model_len, KV dtype) come from the EngineConfig."""
-
-    model: str = "llama-3.1-70b"
-    gpu: str = "h100-80gb"
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    weight_dtype: str = "auto"
+from reference_engine.sim.spec import SimSpec
 
 
 @dataclass(slots=True)
