@@ -6,13 +6,12 @@ Import-light: argparse only at import time; handlers import aiohttp and the rest
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
+from exporter.units import duration, host_port, size
+
 DIALECT_CHOICES = ("auto", "vllm", "sglang", "trtllm", "tgi", "llamacpp", "lmdeploy")
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
-_SIZE = re.compile(r"^\s*([0-9]+)\s*(b|k|kb|kib|m|mb|mib)?\s*$", re.IGNORECASE)
 
 RUN_EPILOG = """\
 examples:
@@ -26,33 +25,6 @@ endpoints: /metrics (kvscope_* canonical metrics, see exporter/METRICS.md),
 Scrape it from Prometheus with honor_labels: true, so the exporter's `instance` label (the
 engine instance) is kept instead of being renamed to exported_instance.
 """
-
-
-def duration(text: str) -> float:
-    """'1s', '500ms', '2m', '1.5' (seconds) -> seconds."""
-    m = _DURATION.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 500ms, 1s, 2m)")
-    value = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-    if value <= 0:
-        raise argparse.ArgumentTypeError("a duration must be positive")
-    return value
-
-
-def size(text: str) -> int:
-    """'10MiB', '512k', '1048576' -> bytes (k/m are binary multiples)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 10MiB, 512KiB)")
-    unit = (m.group(2) or "b").lower()
-    return int(m.group(1)) * (1 << 20 if unit.startswith("m") else 1 << 10 if unit.startswith("k") else 1)
-
-
-def listen_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"--listen wants HOST:PORT, got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--listen",
-        type=listen_address,
+        type=host_port,
         default=("127.0.0.1", 9400),
         metavar="HOST:PORT",
         help="where to serve /metrics and the JSON API (default 127.0.0.1:9400, loopback only)",

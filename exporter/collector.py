@@ -18,53 +18,15 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.diagnosis import ACTIONS
 from exporter.dialects.sample import HistogramSample
+from exporter.quantities import ALL, Kind
 from exporter.runner import Exporter
 
 INSTANCE_LABELS = ["target", "model", "instance"]
 
-GAUGES: dict[str, tuple[str, str]] = {
-    "kv_usage_ratio": (
-        "kvscope_kv_usage_ratio",
-        "Fraction 0-1 of the KV cache in use (engine's own measure).",
-    ),
-    "kv_capacity_blocks": ("kvscope_kv_capacity_blocks", "KV cache capacity in blocks."),
-    "kv_block_size_tokens": ("kvscope_kv_block_size_tokens", "Tokens per KV cache block."),
-    "kv_capacity_tokens": ("kvscope_kv_capacity_tokens", "KV cache capacity in tokens."),
-    "requests_running": ("kvscope_requests_running", "Requests in the running batch."),
-    "requests_waiting": ("kvscope_requests_waiting", "Requests waiting to be scheduled."),
-}
-COUNTERS: dict[str, tuple[str, str]] = {
-    "prefix_cache_queries_tokens": (
-        "kvscope_prefix_cache_queries_tokens",
-        "Prompt tokens looked up in the prefix cache (engine cumulative).",
-    ),
-    "prefix_cache_hits_tokens": (
-        "kvscope_prefix_cache_hits_tokens",
-        "Prompt tokens served from the prefix cache (engine cumulative).",
-    ),
-    "preemptions": ("kvscope_preemptions", "Preemption (SGLang: retraction) events (engine cumulative)."),
-    "requests_finished": ("kvscope_requests_finished", "Finished requests (engine cumulative)."),
-    "prompt_tokens": ("kvscope_prompt_tokens", "Prompt tokens processed (engine cumulative)."),
-    "generation_tokens": ("kvscope_generation_tokens", "Generated tokens (engine cumulative)."),
-}
-HISTOGRAMS: dict[str, tuple[str, str]] = {
-    "time_to_first_token_seconds": (
-        "kvscope_time_to_first_token_seconds",
-        "Time to first token, with the engine's buckets.",
-    ),
-    "inter_token_latency_seconds": (
-        "kvscope_inter_token_latency_seconds",
-        "Inter-token latency (TPOT where the engine only has that), engine buckets.",
-    ),
-    "e2e_request_latency_seconds": (
-        "kvscope_e2e_request_latency_seconds",
-        "End-to-end request latency, with the engine's buckets.",
-    ),
-    "request_queue_time_seconds": (
-        "kvscope_request_queue_time_seconds",
-        "Time requests spent waiting in the queue, with the engine's buckets.",
-    ),
-}
+
+def _families(kind: Kind, family: type[Metric]) -> dict[str, Metric]:
+    """One empty per-instance family per canonical quantity of `kind`, by quantity name."""
+    return {q.name: family(q.metric, q.help, labels=INSTANCE_LABELS) for q in ALL if q.kind == kind}
 
 
 def _buckets(h: HistogramSample) -> list[tuple[str, float]]:
@@ -98,9 +60,9 @@ class KvscopeCollector(Collector):
         yield dur
         yield errs
 
-        gauges = {q: GaugeMetricFamily(n, d, labels=INSTANCE_LABELS) for q, (n, d) in GAUGES.items()}
-        counters = {q: CounterMetricFamily(n, d, labels=INSTANCE_LABELS) for q, (n, d) in COUNTERS.items()}
-        hists = {q: HistogramMetricFamily(n, d, labels=INSTANCE_LABELS) for q, (n, d) in HISTOGRAMS.items()}
+        gauges = _families("gauge", GaugeMetricFamily)
+        counters = _families("counter", CounterMetricFamily)
+        hists = _families("histogram", HistogramMetricFamily)
         ratio = GaugeMetricFamily(
             "kvscope_prefix_cache_hit_ratio",
             "Prefix-cache hits / queries (tokens) over the exporter's window.",

@@ -9,8 +9,8 @@ import sys
 from typing import Any, TextIO
 
 from exporter.dialects import normalise
-from exporter.dialects.sample import QUANTITIES
 from exporter.parse import parse_exposition
+from exporter.quantities import FACTS, QUANTITIES
 from exporter.scrape import TargetError, make_session, parse_target, scrape
 
 
@@ -84,7 +84,7 @@ def render(doc: dict[str, Any]) -> str:
     for inst in doc["instances"]:
         labels = ", ".join(f"{k}={v}" for k, v in inst["labels"].items()) or "(no labels)"
         lines.append(f"\ninstance {inst['instance']!r} of model {inst['model']!r}  [{labels}]")
-        for q in QUANTITIES + ("kv_cache_dtype", "gpu_memory_utilization", "prefix_cache_unit"):
+        for q in QUANTITIES + FACTS:
             lines.append(f"  {q:<30} {_fmt(inst.get(q))}")
         for h, hv in inst.get("histograms", {}).items():
             lines.append(

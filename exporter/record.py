@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import IO, Any
 
+from exporter.quantities import Key
 from exporter.series import Point
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -35,7 +36,7 @@ class Recorder:
         return self.directory / file_name(target)
 
     def write(
-        self, target: str, point: Point, dialect: str | None, derived: dict[tuple[str, str], dict[str, Any]]
+        self, target: str, point: Point, dialect: str | None, derived: dict[Key, dict[str, Any]]
     ) -> None:
         f = self._files.get(target)
         if f is None:

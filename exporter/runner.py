@@ -21,12 +21,12 @@ import aiohttp
 from exporter.diagnosis import Diagnosis, Thresholds, diagnose
 from exporter.dialects import normalise
 from exporter.parse import parse_exposition
+from exporter.quantities import Key
 from exporter.record import Recorder
 from exporter.scrape import DEFAULT_MAX_BYTES, REASONS, ScrapeResult, Target, make_session, scrape
 from exporter.series import Point, TargetSeries, hit_ratio, preemption_rate
 
 log = logging.getLogger("kvscope.exporter")
-Key = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from exporter.dialects.sample import EngineSample
+from exporter.quantities import Key
 
-Key = tuple[str, str]
 Window = Sequence[tuple[float, EngineSample]]
 
 

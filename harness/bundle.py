@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from exporter.dialects.sample import HISTOGRAMS, QUANTITIES
+from exporter.quantities import HISTOGRAMS, QUANTITIES
 from harness.analysis.summary import write_summary
 from harness.request_record import RequestRecord
 

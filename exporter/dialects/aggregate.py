@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import math
 
-from exporter.dialects.sample import COUNTERS, HISTOGRAMS, EngineSample, HistogramSample
+from exporter.dialects.sample import EngineSample, HistogramSample
+from exporter.quantities import ALL, FACTS, HISTOGRAMS
 
-_SUMMED = tuple(COUNTERS) + (
-    "requests_running",
-    "requests_waiting",
-    "kv_capacity_blocks",
-    "kv_capacity_tokens",
-)
-_COMMON = ("kv_block_size_tokens", "kv_cache_dtype", "gpu_memory_utilization", "prefix_cache_unit")
+_SUMMED = tuple(q.name for q in ALL if q.kind != "histogram" and q.combine == "sum")
+_COMMON = tuple(q.name for q in ALL if q.combine == "common") + FACTS
 
 
 def _sum(values: list[float | None]) -> float | None:

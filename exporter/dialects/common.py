@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 from exporter.dialects.sample import EngineSample, HistogramSample
 from exporter.parse import Exposition, Labels
-
-Key = tuple[str, str]  # (model, instance)
+from exporter.quantities import Key
 
 
 def norm(name: str) -> str:
@@ -208,11 +207,6 @@ def _sum_by_key(rows: list[tuple[Labels, float]], keyer: Keyer) -> dict[Key, flo
         if k is not None:
             out[k[0]] = out.get(k[0], 0.0) + value
     return out
-
-
-def info_labels(idx: FamilyIndex, name: str) -> list[Labels]:
-    """Label sets of an info-style gauge (`x_info 1`), verbatim."""
-    return [labels for labels, _ in idx.rows(name)]
 
 
 def num(text: str | None) -> float | None:

@@ -1,6 +1,7 @@
 """Canonical, engine-independent view of one engine instance at one scrape.
 
-Invariant: a quantity the engine does not report (or reported as NaN/Inf) is None, never
+The fields are the scalar quantities and facts of `exporter.quantities`, one each (a test
+holds them equal). Invariant: a quantity the engine does not report (or reported as NaN/Inf) is None, never
 0 — "unknown" and "zero" lead to opposite advice. Counters are cumulative values exactly
 as the engine reports them (they drop when the engine restarts; `series` handles that).
 """
@@ -11,39 +12,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-# The four latency histograms every dialect tries to fill (canonical name -> meaning).
-HISTOGRAMS: tuple[str, ...] = (
-    "time_to_first_token_seconds",
-    "inter_token_latency_seconds",
-    "e2e_request_latency_seconds",
-    "request_queue_time_seconds",
-)
-
-# Scalar quantities in the order `inspect` prints them.
-QUANTITIES: tuple[str, ...] = (
-    "kv_usage_ratio",
-    "kv_capacity_blocks",
-    "kv_block_size_tokens",
-    "kv_capacity_tokens",
-    "prefix_cache_queries_tokens",
-    "prefix_cache_hits_tokens",
-    "preemptions",
-    "requests_running",
-    "requests_waiting",
-    "prompt_tokens",
-    "generation_tokens",
-    "requests_finished",
-)
-COUNTERS: frozenset[str] = frozenset(
-    {
-        "prefix_cache_queries_tokens",
-        "prefix_cache_hits_tokens",
-        "preemptions",
-        "prompt_tokens",
-        "generation_tokens",
-        "requests_finished",
-    }
-)
+from exporter.quantities import FACTS, QUANTITIES, Key
 
 
 @dataclass(slots=True)
@@ -111,16 +80,13 @@ class EngineSample:
     histograms: dict[str, HistogramSample] = field(default_factory=dict)
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> Key:
         return (self.model, self.instance)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"labels": dict(self.labels), "model": self.model, "instance": self.instance}
-        for q in QUANTITIES:
+        for q in QUANTITIES + FACTS:
             d[q] = getattr(self, q)
-        d["kv_cache_dtype"] = self.kv_cache_dtype
-        d["gpu_memory_utilization"] = self.gpu_memory_utilization
-        d["prefix_cache_unit"] = self.prefix_cache_unit
         d["histograms"] = {k: h.to_dict() for k, h in self.histograms.items()}
         return d
 

@@ -24,6 +24,7 @@ from exporter.dialects.common import (
     unobserved_note,
 )
 from exporter.dialects.sample import EngineSample, Normalised
+from exporter.quantities import Key
 
 NEW_PREFIX = ("vllm_prefix_cache_queries_total", "vllm_prefix_cache_hits_total")
 OLD_PREFIX = ("vllm_gpu_prefix_cache_queries_total", "vllm_gpu_prefix_cache_hits_total")
@@ -120,7 +121,7 @@ def _prefix(idx: FamilyIndex, keyer: Keyer, samples: dict, notes: list[str]) -> 
         notes.append("prefix-cache counters may count blocks (vLLM < 0.9.0), not tokens: unit unknown")
 
 
-def _cache_config(idx: FamilyIndex, samples: dict[tuple[str, str], EngineSample], notes: list[str]) -> None:
+def _cache_config(idx: FamilyIndex, samples: dict[Key, EngineSample], notes: list[str]) -> None:
     rows = idx.rows("vllm_cache_config_info")
     if not rows:
         return
@@ -138,7 +139,7 @@ def _cache_config(idx: FamilyIndex, samples: dict[tuple[str, str], EngineSample]
         notes.append("cache_config_info has no usable num_gpu_blocks: KV capacity unknown")
 
 
-def _blocks_to_tokens(samples: dict[tuple[str, str], EngineSample], notes: list[str]) -> None:
+def _blocks_to_tokens(samples: dict[Key, EngineSample], notes: list[str]) -> None:
     converted = False
     for s in samples.values():
         if s.prefix_cache_unit == "blocks" and s.kv_block_size_tokens:

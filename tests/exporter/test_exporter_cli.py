@@ -1,8 +1,12 @@
-"""`kvscope exporter` and `kvscope exporter inspect` from the command line, and the import rule."""
+"""`kvscope exporter` and `kvscope exporter inspect` from the command line, and the import rule.
+
+The commands run through `python -m exporter` (`exporter.__main__`), the same parser that
+`kvscope exporter` registers, so these tests need nothing outside the exporter: they run in
+the slim sidecar environment (aiohttp and prometheus-client, no harness, torch or numpy).
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -12,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import duration, listen_address, size
-from harness.cli import main
+from exporter.__main__ import main
 from tests.support.paths import ROOT
 
 DATA = Path(__file__).parent / "data" / "metrics"
@@ -36,7 +39,7 @@ KEYS = {
 
 
 def test_inspect_file_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["exporter", "inspect", str(TRITON), "--json"]) == 0
+    assert main(["inspect", str(TRITON), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["dialect"] == "trtllm" and isinstance(doc["notes"], list)
     (inst,) = doc["instances"]
@@ -45,7 +48,7 @@ def test_inspect_file_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_inspect_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["exporter", "inspect", str(DATA / "llamacpp_b5600-era_no_labels_pr13196.prom")]) == 0
+    assert main(["inspect", str(DATA / "llamacpp_b5600-era_no_labels_pr13196.prom")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("dialect: llamacpp")
     assert "prompt_tokens                  143" in out and "kv_usage_ratio                 null" in out
@@ -54,7 +57,7 @@ def test_inspect_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_inspect_stdin() -> None:
     text = (DATA / "synthetic_tgi_3.x.prom").read_text()
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "exporter", "inspect", "-", "--json"],
+        [sys.executable, "-m", "exporter", "inspect", "-", "--json"],
         cwd=ROOT,
         input=text.encode(),
         capture_output=True,
@@ -82,7 +85,7 @@ def test_inspect_url(capsys: pytest.CaptureFixture[str]) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        assert main(["exporter", "inspect", url, "--json"]) == 0
+        assert main(["inspect", url, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["instances"][0]["kv_capacity_blocks"] == 6239
     finally:
         server.shutdown()
@@ -90,26 +93,26 @@ def test_inspect_url(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_inspect_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["exporter", "inspect", "ftp://host/metrics"]) == 1
+    assert main(["inspect", "ftp://host/metrics"]) == 1
     assert "only http and https" in capsys.readouterr().err
-    assert main(["exporter", "inspect", str(DATA / "missing.prom")]) == 1
+    assert main(["inspect", str(DATA / "missing.prom")]) == 1
     assert "cannot read" in capsys.readouterr().err
-    assert main(["exporter", "inspect", "http://nonexistent.invalid:9/metrics", "--timeout", "5s"]) == 1
+    assert main(["inspect", "http://nonexistent.invalid:9/metrics", "--timeout", "5s"]) == 1
     assert "dns" in capsys.readouterr().err
 
 
 def test_run_rejects_bad_targets(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["exporter"]) == 2
+    assert main([]) == 2
     assert "at least one --target" in capsys.readouterr().err
-    assert main(["exporter", "--target", "file:///etc/passwd"]) == 2
+    assert main(["--target", "file:///etc/passwd"]) == 2
     assert "only http and https" in capsys.readouterr().err
-    assert main(["exporter", "--target", "http://a:1/", "--target", "http://a:1/other"]) == 2
+    assert main(["--target", "http://a:1/", "--target", "http://a:1/other"]) == 2
     assert "duplicate target names" in capsys.readouterr().err
 
 
 def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        main(["exporter", "--help"])
+        main(["--help"])
     out = capsys.readouterr().out
     for word in (
         "--target",
@@ -123,18 +126,6 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
         "honor_labels",
     ):
         assert word in out
-
-
-def test_option_parsers() -> None:
-    assert (
-        duration("1s") == 1 and duration("500ms") == 0.5 and duration("2m") == 120 and duration("1.5") == 1.5
-    )
-    assert size("10MiB") == 10 << 20 and size("512k") == 512 << 10 and size("100") == 100
-    assert listen_address("127.0.0.1:9400") == ("127.0.0.1", 9400)
-    assert listen_address("[::1]:80") == ("::1", 80)
-    for bad, fn in (("0s", duration), ("fast", duration), ("big", size), ("9400", listen_address)):
-        with pytest.raises(argparse.ArgumentTypeError):
-            fn(bad)
 
 
 def test_exporter_imports_stay_light() -> None:
