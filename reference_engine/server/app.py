@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from reference_engine.engine import LLMEngine
-from reference_engine.server.engine_loop import EngineLoop
+from reference_engine.server.engine_loop import ABORT_WAIT_S, EngineLoop
 from reference_engine.server.errors import (
     APIError,
     from_http_exception,
@@ -167,7 +167,7 @@ async def drain(app: web.Application, grace_s: float) -> bool:
     if not clean:
         log.warning("grace period over: aborting %d in-flight requests", loop.num_in_flight)
         loop.abort_all()
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + ABORT_WAIT_S
         while loop.num_in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
     return clean

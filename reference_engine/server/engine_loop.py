@@ -5,8 +5,8 @@ to seconds; on the event loop it would stall every stream, `/metrics` and `/heal
 long. The engine itself is not thread-safe, so it is touched by exactly one thread.
 
 Handover:
-- loop -> engine: `submit` and `abort` put commands on a `queue.SimpleQueue` (thread-safe,
-  wakes the engine thread when it is idle);
+- loop -> engine: `submit`, `release`, `abort_all` and `stop` put typed `Command`s (see
+  events) on a `queue.SimpleQueue` (thread-safe, wakes the engine thread when it is idle);
 - engine -> loop: after each iteration the engine thread hands one batch, {stream: [events]},
   to the event loop with a single `loop.call_soon_threadsafe`, which puts each stream's
   events on its own `asyncio.Queue`. One wake-up per step, not one per token, is what keeps
@@ -32,19 +32,27 @@ from reference_engine.request import RequestStatus
 from reference_engine.sampling_params import InvalidRequestError
 from reference_engine.server.errors import bad_request, engine_failed, internal_error
 from reference_engine.server.events import (
+    AbortRequest,
+    AddRequest,
     Admitted,
+    Command,
     Delta,
     Event,
     Failed,
     Outcome,
     PromptLogprobs,
     RequestStream,
+    Shutdown,
     Submission,
 )
 from reference_engine.server.metrics import VllmMetrics
 from reference_engine.server.timing import RequestTiming
 
 log = logging.getLogger("kvscope.server")
+# How long the engine thread may take to act on aborts (applied between steps, so this bounds
+# one step plus the abort bookkeeping): the wait for aborted streams to end, and for the
+# thread to stop.
+ABORT_WAIT_S = 5.0
 
 
 @dataclass(slots=True)
@@ -58,9 +66,6 @@ class _Tracked:
     last_token_time: list[float | None]
     finished_indices: set[int] = field(default_factory=set)
     started: bool = False
-
-
-_STOP = object()
 
 
 class EngineLoop:
@@ -84,7 +89,7 @@ class EngineLoop:
         self.loop = loop
         self.on_step_start = on_step_start
         self.failed: BaseException | None = None
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="kvscope-engine", daemon=True)
         self._live: dict[str, RequestStream] = {}  # event-loop side view of in-flight requests
         self._tracked: dict[str, _Tracked] = {}  # engine-thread side
@@ -105,24 +110,24 @@ class EngineLoop:
             raise engine_failed()
         stream = RequestStream(sub.request_id)
         self._live[sub.request_id] = stream
-        self._inbox.put(("add", sub, stream))
+        self._inbox.put(AddRequest(sub, stream))
         return stream
 
     def release(self, stream: RequestStream) -> None:
         """The consumer is finished with `stream`: abort it in the engine unless it ended."""
         self._live.pop(stream.request_id, None)
         if not stream.done:
-            self._inbox.put(("abort", stream.request_id, None))
+            self._inbox.put(AbortRequest(stream.request_id))
 
     def abort_all(self) -> None:
         """Abort every in-flight request on the server's behalf (shutdown): unlike a client
         abort, each stream is told, and ends with finish_reason "abort"."""
         for request_id in list(self._live):
-            self._inbox.put(("cancel", request_id, None))
+            self._inbox.put(AbortRequest(request_id, notify=True))
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = ABORT_WAIT_S) -> None:
         """Abort whatever is left and end the thread."""
-        self._inbox.put((_STOP, None, None))
+        self._inbox.put(Shutdown())
         self._thread.join(timeout)
 
     def _dispatch(self, batch: dict[RequestStream, list[Event]]) -> None:
@@ -154,27 +159,28 @@ class EngineLoop:
 
     def _refuse_forever(self) -> None:
         while True:
-            command, payload, stream = self._inbox.get()
-            if command is _STOP:
-                return
-            if command == "add":
-                self._send(stream, Failed(engine_failed()))
-                self._flush()
+            match self._inbox.get():
+                case Shutdown():
+                    return
+                case AddRequest(stream=stream):
+                    self._send(stream, Failed(engine_failed()))
+                    self._flush()
 
     def _take_commands(self, block: bool) -> bool:
         """Apply queued commands; wait for one first if the engine is idle. False on stop."""
         while True:
             try:
-                command, payload, stream = self._inbox.get(block=block)
+                command = self._inbox.get(block=block)
             except queue.Empty:
                 return True
             block = False
-            if command is _STOP:
-                return False
-            if command == "add":
-                self._add(payload, stream)
-            else:
-                self._abort(payload, notify=command == "cancel")
+            match command:
+                case Shutdown():
+                    return False
+                case AddRequest(submission, stream):
+                    self._add(submission, stream)
+                case AbortRequest(request_id, notify):
+                    self._abort(request_id, notify)
 
     def _add(self, sub: Submission, stream: RequestStream) -> None:
         try:

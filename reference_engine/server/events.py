@@ -1,6 +1,7 @@
 """The messages between the event loop and the engine thread, and a request's stream end.
 
-Loop -> engine: a `Submission`. Engine -> loop: lists of `Event`s on the request's
+Loop -> engine: one `Command` at a time on the engine's inbox (`AddRequest` carrying a
+`Submission`, `AbortRequest`, `Shutdown`). Engine -> loop: lists of `Event`s on the request's
 `RequestStream`, in engine order: `Admitted` (or `Failed`) first, then `PromptLogprobs` once
 if asked for, `Delta`s, and finally `Outcome` (or `Failed`). All frozen: once handed to the
 other thread, nothing in them changes.
@@ -24,6 +25,34 @@ class Submission:
     params: SamplingParams
     arrival_time: float  # monotonic, stamped when the HTTP request arrived
     arrival_unix: float
+
+
+# -- commands, event loop -> engine thread ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddRequest:
+    """Admit `submission`; its events go to `stream`."""
+
+    submission: Submission
+    stream: RequestStream
+
+
+@dataclass(frozen=True, slots=True)
+class AbortRequest:
+    """Stop a request and free its blocks. A client abort (the client left) is silent; a
+    server abort (`notify`, at shutdown) tells the stream, whose choices end with "abort"."""
+
+    request_id: str
+    notify: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Abort whatever is still running and end the engine thread."""
+
+
+Command = AddRequest | AbortRequest | Shutdown
 
 
 # -- events, engine thread -> one stream ------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -29,6 +28,7 @@ from reference_engine.server.events import (
     RequestStream,
     Submission,
 )
+from reference_engine.server.generation import Generation
 from reference_engine.server.protocol import (
     GenerateRequest,
     decode_body,
@@ -37,38 +37,16 @@ from reference_engine.server.protocol import (
     parse_completion,
 )
 from reference_engine.server.responses import (
-    TokenTexts,
     chat_choice,
     chat_logprobs,
     chat_response,
     completion_choice,
     completion_logprobs,
     completion_response,
-    prompt_logprob_list,
 )
 from reference_engine.server.state import STATE, ServerState
+from reference_engine.server.streaming import stream_sse
 from reference_engine.server.timing import HEADER
-
-
-@dataclass(slots=True)
-class Generation:
-    """One accepted request on its way out. `prompt_text` is what `echo` returns."""
-
-    rid: str
-    created: int
-    model: str
-    req: GenerateRequest
-    prompt_ids: list[int]
-    prompt_text: str
-    texts: TokenTexts
-    prompt_logprobs: dict[int, TokenLogprob] = field(default_factory=dict)
-
-    @property
-    def chat(self) -> bool:
-        return self.req.kind == "chat"
-
-    def echo_logprobs(self) -> list[TokenLogprob | None]:
-        return prompt_logprob_list(self.prompt_ids, self.prompt_logprobs)
 
 
 def _encode_template_text(tokenizer, text: str) -> list[int]:
@@ -118,8 +96,6 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
 async def _generate(
     request: web.Request, parse: Callable[[dict], GenerateRequest], prefix: str
 ) -> web.StreamResponse:
-    from reference_engine.server.streaming import stream_sse
-
     arrival, arrival_unix = time.monotonic(), time.time()
     state = request.app[STATE]
     req = parse(decode_body(await request.read()))

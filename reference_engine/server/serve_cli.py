@@ -77,9 +77,7 @@ def run_serve(args: argparse.Namespace) -> int:
         config.enable_prefix_caching,
         config.allocator,
     )
-    server_config = ServerConfig(
-        options.served_model_name or default_name, source, api_key, options.shutdown_grace
-    )
+    server_config = ServerConfig(options.served_model_name or default_name, source, api_key)
     app = create_app(built.engine, built.tokenizer, server_config, cache_info, on_step_start)
     log.info(
         "serving %s (%s): %d KV blocks x %d tokens, max_model_len %d%s",

@@ -24,7 +24,6 @@ class ServerConfig:
     served_model_name: str
     model_source: str
     api_key: str | None = None
-    shutdown_grace_s: float = 10.0
     max_body_bytes: int = 8 << 20
 
 

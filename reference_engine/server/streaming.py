@@ -19,7 +19,7 @@ import json
 from aiohttp import web
 
 from reference_engine.server.events import Delta, Event, Failed, Outcome, PromptLogprobs, RequestStream
-from reference_engine.server.generate import Generation
+from reference_engine.server.generation import Generation
 from reference_engine.server.responses import (
     CompletionLogprobs,
     chat_chunk,
