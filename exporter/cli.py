@@ -1,6 +1,7 @@
 """`kvscope exporter` (run the sidecar) and `kvscope exporter inspect` (read one exposition).
 
-Import-light: argparse only at import time; handlers import aiohttp and the rest.
+Import-light: argparse and stdlib-only exporter modules at import time (defaults, units, the
+dialect names); handlers import aiohttp and the rest.
 """
 
 from __future__ import annotations
@@ -9,9 +10,17 @@ import argparse
 import sys
 from pathlib import Path
 
+from exporter.defaults import (
+    DEFAULT_FETCH_TIMEOUT_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_WINDOW_S,
+)
+from exporter.dialects.detect import DIALECTS
 from exporter.units import duration, host_port, size
 
-DIALECT_CHOICES = ("auto", "vllm", "sglang", "trtllm", "tgi", "llamacpp", "lmdeploy")
+DIALECT_CHOICES = ("auto", *DIALECTS)
 
 RUN_EPILOG = """\
 examples:
@@ -49,16 +58,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--listen",
         type=host_port,
-        default=("127.0.0.1", 9400),
+        default=DEFAULT_LISTEN,
         metavar="HOST:PORT",
-        help="where to serve /metrics and the JSON API (default 127.0.0.1:9400, loopback only)",
+        help="where to serve /metrics and the JSON API "
+        f"(default {DEFAULT_LISTEN[0]}:{DEFAULT_LISTEN[1]}, loopback only)",
     )
     p.add_argument(
         "--interval",
         type=duration,
-        default=1.0,
+        default=DEFAULT_INTERVAL_S,
         metavar="DURATION",
-        help="scrape every DURATION, e.g. 1s, 500ms (default 1s)",
+        help=f"scrape every DURATION, e.g. 1s, 500ms (default {DEFAULT_INTERVAL_S:g}s)",
     )
     p.add_argument(
         "--timeout",
@@ -76,16 +86,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--window",
         type=duration,
-        default=60.0,
+        default=DEFAULT_WINDOW_S,
         metavar="DURATION",
-        help="window for the hit ratio, preemption rate and live advice (default 60s)",
+        help=f"window for the hit ratio, preemption rate and live advice (default {DEFAULT_WINDOW_S:g}s)",
     )
     p.add_argument(
         "--max-body",
         type=size,
-        default=10 << 20,
+        default=DEFAULT_MAX_BYTES,
         metavar="SIZE",
-        help="refuse expositions larger than SIZE after decompression (default 10MiB)",
+        help="refuse expositions larger than SIZE after decompression "
+        f"(default {DEFAULT_MAX_BYTES >> 20}MiB)",
     )
     p.add_argument(
         "--record",
@@ -111,9 +122,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ip.add_argument(
         "--timeout",
         type=duration,
-        default=10.0,
+        default=DEFAULT_FETCH_TIMEOUT_S,
         metavar="DURATION",
-        help="time limit when SOURCE is a URL (default 10s)",
+        help=f"time limit when SOURCE is a URL (default {DEFAULT_FETCH_TIMEOUT_S:g}s)",
     )
     ip.set_defaults(func=run_inspect)
 

@@ -8,6 +8,7 @@ import math
 import sys
 from typing import Any, TextIO
 
+from exporter.defaults import DEFAULT_FETCH_TIMEOUT_S
 from exporter.dialects import normalise
 from exporter.parse import parse_exposition
 from exporter.quantities import FACTS, QUANTITIES
@@ -27,7 +28,7 @@ async def _fetch(url: str, timeout: float) -> str:
     return result.text
 
 
-def read_source(source: str, timeout: float = 10.0, stdin: TextIO | None = None) -> str:
+def read_source(source: str, timeout: float = DEFAULT_FETCH_TIMEOUT_S, stdin: TextIO | None = None) -> str:
     """Text of a file, of stdin ('-'), or of an http(s) URL; SourceError otherwise."""
     if source == "-":
         return (stdin or sys.stdin).read()
@@ -100,7 +101,7 @@ def inspect(
     source: str,
     as_json: bool = False,
     dialect: str = "auto",
-    timeout: float = 10.0,
+    timeout: float = DEFAULT_FETCH_TIMEOUT_S,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:

@@ -79,7 +79,6 @@ ALL: tuple[Quantity, ...] = (
 )
 
 QUANTITIES: tuple[str, ...] = tuple(q.name for q in ALL if q.kind != "histogram")
-GAUGES: tuple[str, ...] = tuple(q.name for q in ALL if q.kind == "gauge")
 COUNTERS: tuple[str, ...] = tuple(q.name for q in ALL if q.kind == "counter")
 HISTOGRAMS: tuple[str, ...] = tuple(q.name for q in ALL if q.kind == "histogram")
 # What the engine states about its configuration (config-info labels), per instance; strings

@@ -18,12 +18,13 @@ from typing import Any
 
 import aiohttp
 
+from exporter.defaults import DEFAULT_INTERVAL_S, DEFAULT_MAX_BYTES, DEFAULT_WINDOW_S, HISTORY_POINTS
 from exporter.diagnosis import Diagnosis, Thresholds, diagnose
 from exporter.dialects import normalise
 from exporter.parse import parse_exposition
 from exporter.quantities import Key
 from exporter.record import Recorder
-from exporter.scrape import DEFAULT_MAX_BYTES, REASONS, ScrapeResult, Target, make_session, scrape
+from exporter.scrape import REASONS, ScrapeResult, Target, make_session, scrape
 from exporter.series import Point, TargetSeries, hit_ratio, preemption_rate
 
 log = logging.getLogger("kvscope.exporter")
@@ -31,12 +32,12 @@ log = logging.getLogger("kvscope.exporter")
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    interval: float = 1.0
+    interval: float = DEFAULT_INTERVAL_S
     timeout: float | None = None  # default: 0.9 x interval, at least 0.2 s
     max_bytes: int = DEFAULT_MAX_BYTES
     dialect: str = "auto"
-    window: float = 60.0
-    history: int = 900  # points kept per target
+    window: float = DEFAULT_WINDOW_S
+    history: int = HISTORY_POINTS
     record_dir: Path | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
 

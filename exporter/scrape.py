@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from exporter.defaults import DEFAULT_MAX_BYTES
+
 # Reasons that mark a target down (nothing usable was fetched).
 DOWN_REASONS: tuple[str, ...] = (
     "connection_refused",
@@ -42,7 +44,6 @@ REASONS: tuple[str, ...] = DOWN_REASONS + PARTIAL_REASONS
 # OpenMetrics (vLLM's Rust frontend) send it anyway, and the parser reads both.
 ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 HEADERS = {"Accept": ACCEPT, "Accept-Encoding": "gzip, deflate", "User-Agent": "kvscope-exporter/0.1"}
-DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 
 
 class TargetError(ValueError):
