@@ -121,9 +121,3 @@ def poisson_trace(dist: LengthDist, n: int, rate: float, seed: int = 0) -> list[
         trace.append(TraceRequest(arrival_s=t, prompt_tokens=prompt, output_tokens=output))
         t += rng.expovariate(rate)
     return trace
-
-
-def time_weighted_context(pairs: list[tuple[int, int]]) -> float:
-    """Mean context of a running request, weighting each request by its decode steps:
-    sum over requests of o * (p + o / 2), over the sum of o. What a pool must hold per request."""
-    return sum(o * (p + o / 2) for p, o in pairs) / sum(o for _, o in pairs)

@@ -22,7 +22,6 @@ class BlockPool:
         self.free_queue = FreeBlockQueue(self.blocks)
         # Block 0 pads block tables; it is never allocated, so it is taken out for good.
         self.null_block = self.free_queue.popleft()
-        self.null_block.is_null = True
         self.cached: dict[bytes, KVBlock] = {}
 
     @property

@@ -377,21 +377,21 @@ def _llama(
 
 
 # name -> (HF id, config.json values, source). Values are the published config.json's; the
-# source says where they were checked (file in a public repo, or the team's reference doc).
+# source says where they were checked (a file in a public repository, or the published config).
 _HF = "huggingface.co/{}/config.json"
-_REF = "/work/shared/reference/sizing-and-dashboards.md A2"
+_KV_VIEW = "mcgrof/kvcache-view:README.md (KV bytes at 128k context, from these shapes)"
 _LLM_PROF = "citsjtu2020/LLM-Prof:sglang/Model_Config.md (verbatim config.json copies)"
 _MODEL_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
     "llama-3.1-8b": ("meta-llama/Llama-3.1-8B", _llama(32, 4096, 32, 8, 14336, 128256, 131072), _LLM_PROF),
     "llama-3.1-70b": (
         "meta-llama/Llama-3.1-70B",
         _llama(80, 8192, 64, 8, 28672, 128256, 131072),
-        "vulkomilev/oumi:configs/recipes/llama3_1/README.md; " + _REF,
+        "vulkomilev/oumi:configs/recipes/llama3_1/README.md; " + _KV_VIEW,
     ),
     "llama-3.1-405b": (
         "meta-llama/Llama-3.1-405B",
         _llama(126, 16384, 128, 8, 53248, 128256, 131072),
-        _HF.format("meta-llama/Llama-3.1-405B") + " (echoed in public code); " + _REF,
+        _HF.format("meta-llama/Llama-3.1-405B") + " (echoed in public code); " + _KV_VIEW,
     ),
     # v0.3 drops v0.1's 4096-token window and grows the vocabulary to 32768.
     "mistral-7b": (

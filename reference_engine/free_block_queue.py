@@ -29,7 +29,6 @@ class KVBlock:
     token_ids: tuple[int, ...] | None = None
     prev_free: KVBlock | None = None
     next_free: KVBlock | None = None
-    is_null: bool = False
 
 
 class FreeBlockQueue:

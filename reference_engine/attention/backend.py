@@ -17,7 +17,7 @@ import torch
 
 from reference_engine.attention.kv_cache import LayerKVCache
 from reference_engine.attention.metadata import AttentionMetadata
-from reference_engine.config import ConfigError, check_kv_cache_dtype
+from reference_engine.config import ATTENTION_BACKENDS, ConfigError, check_kv_cache_dtype
 
 # Powers of two (as EngineConfig requires; page/slot splits then compile to shifts and
 # masks) within the range the kernel tests cover (8, 16 and 64 are exercised).
@@ -87,8 +87,8 @@ class TritonAttentionBackend:
 
 
 def resolve_backend_name(name: str, device: str | torch.device) -> str:
-    if name not in ("auto", "torch", "triton"):
-        raise ConfigError(f"attention_backend must be 'auto', 'torch' or 'triton', got {name!r}")
+    if name not in ATTENTION_BACKENDS:
+        raise ConfigError(f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, got {name!r}")
     if name == "auto":
         return "triton" if torch.device(device).type == "cuda" else "torch"
     return name

@@ -49,12 +49,3 @@ class ModelConfig:
             raise ModelLoadError(
                 f"{self.name}: rope_freqs has {len(self.rope_freq_factors)} entries, expected {self.head_dim // 2}"
             )
-
-    @property
-    def num_params(self) -> int:
-        """Parameter count (embeddings counted once when tied)."""
-        h, i = self.hidden_size, self.intermediate_size
-        attn = h * self.num_heads * self.head_dim * 2 + h * self.num_kv_heads * self.head_dim * 2
-        per_layer = attn + 3 * h * i + 2 * h
-        emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + emb + h
