@@ -61,14 +61,3 @@ def test_invariants_hold_every_step(requests, arrivals, aborts, num_blocks, budg
     pool = engine.kv.pool
     assert pool.num_free_blocks == pool.num_blocks - 1, "every block is free once all requests are done"
     assert not engine.kv.req_blocks
-
-
-def test_free_queue_removal_from_the_middle_is_constant_time_and_ordered():
-    from reference_engine.free_block_queue import FreeBlockQueue, KVBlock
-
-    blocks = [KVBlock(i) for i in range(6)]
-    q = FreeBlockQueue(blocks)
-    q.remove(blocks[3])
-    q.prepend(blocks[3])
-    assert [b.block_id for b in q] == [3, 0, 1, 2, 4, 5]
-    assert q.popleft() is blocks[3] and len(q) == 5
