@@ -1,8 +1,11 @@
-"""kvscope's bundled paged inference engine (vLLM V1 semantics).
+"""kvscope's bundled paged inference engine (vLLM V1 semantics): scheduler, block pool,
+KV manager, model runner, the OpenAI-compatible server and the GPU simulator.
 
-Import-light on purpose: importing this package (or its catalogue) never imports torch,
-so the CLI starts fast and the advisor can read the catalogue without a deep-learning
-stack. Heavy modules import torch where they are used.
+May import: the standard library and its own modules; torch, triton, gguf, tokenizers and
+aiohttp only in the modules that need them, never any other kvscope package. Import-light on
+purpose: importing this package, its catalogue, its config types or `engine_args` never
+imports torch, so the CLI starts fast and the harness can read the catalogue and build
+configurations without a deep-learning stack.
 """
 
 __all__ = ["__version__"]

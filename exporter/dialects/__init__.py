@@ -2,7 +2,11 @@
 
 `normalise(exposition, dialect)` is the single entry point; `dialect="auto"` detects. Each
 engine module exposes `normalise(FamilyIndex) -> Normalised` and states, in `notes`, what it
-approximated, ignored or could not provide (those quantities are None, never 0).
+approximated, ignored or could not provide (those quantities are None, never 0). The facts
+behind each mapping are in docs/metric-dialects.md.
+
+May import: the standard library, `exporter.parse` and `exporter.quantities`; nothing that
+does I/O.
 """
 
 from __future__ import annotations

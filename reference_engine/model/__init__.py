@@ -1,7 +1,9 @@
 """Llama-family models: config, forward pass, GGUF/HF/tiny-random sources, tokenizer.
 
-Torch-free at import: only `config`, `errors` and `registry` names are re-exported here;
-import `reference_engine.model.llama` etc. where torch is wanted.
+May import: torch (in the forward pass and loaders), gguf, safetensors, tokenizers, jinja2 and
+the `attention` package; not the scheduler, the server or the simulator. Torch-free at import:
+only `config`, `errors` and `registry` names are re-exported here; import
+`reference_engine.model.llama` etc. where torch is wanted.
 """
 
 from reference_engine.model.config import ModelConfig

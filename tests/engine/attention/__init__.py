@@ -1,0 +1,3 @@
+"""Tests of the paged-attention backends and KV storage formats against the torch oracle.
+May import reference_engine and torch.
+"""

@@ -1,0 +1,3 @@
+"""Tests of the Llama-family models, loaders and tokenizer. May import reference_engine and
+torch.
+"""

@@ -1,0 +1,1 @@
+"""Tests of the simulator: cost model, sizing and trace replay. May import reference_engine."""
