@@ -90,8 +90,8 @@ def measure_decode(
 
 def markdown(results: list[DecodeResult]) -> str:
     lines = [
-        f"SmolLM2-135M (Q4_1 GGUF dequantised to fp32), torch attention backend; prompt {results[0].prompt_tokens} "
-        f"tokens, {results[0].decode_steps} timed decode steps per batch.",
+        "SmolLM2-135M (Q4_1 GGUF dequantised to fp32), torch attention backend; prompt "
+        f"{results[0].prompt_tokens} tokens, {results[0].decode_steps} timed decode steps per batch.",
         "",
         "| torch threads | batch | decode tokens/s | ms per step | speed-up vs batch 1 |",
         "|---|---|---|---|---|",

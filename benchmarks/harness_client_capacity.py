@@ -149,20 +149,22 @@ def measure(
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| workers | users | streams in flight | events/s | req/s | overhead p50 | p99 | max | request path p99 "
-        "| response path p99 | CPU per worker | load avg | holds (p99 <= 5 ms) |",
+        "| workers | users | streams in flight | events/s | req/s | overhead p50 | p99 | max | request path "
+        "p99 | response path p99 | CPU per worker | load avg | holds (p99 <= 5 ms) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
             lines.append(
-                f"| {r['workers']} | {r['users']} | failed: {r['error'].splitlines()[-1] if r['error'] else '?'} |||||||||||"
+                f"| {r['workers']} | {r['users']} | failed: "
+                f"{r['error'].splitlines()[-1] if r['error'] else '?'} |||||||||||"
             )
             continue
         lines.append(
-            f"| {r['workers']} | {r['users']} | {r['streams']:.0f} | {r['events_per_s']:,.0f} | {r['req_per_s']:.1f} | "
-            f"{r['p50_ms']:.2f} ms | {r['p99_ms']:.2f} ms | {r['max_ms']:.1f} ms | {r['req_path_p99_ms']:.2f} ms | "
-            f"{r['resp_path_p99_ms']:.2f} ms | {r['worker_cpu']:.0%} | {r['load']:.1f} | {'yes' if r['p99_ms'] <= LIMIT_S * 1000 else 'no'} |"
+            f"| {r['workers']} | {r['users']} | {r['streams']:.0f} | {r['events_per_s']:,.0f} | "
+            f"{r['req_per_s']:.1f} | {r['p50_ms']:.2f} ms | {r['p99_ms']:.2f} ms | {r['max_ms']:.1f} ms | "
+            f"{r['req_path_p99_ms']:.2f} ms | {r['resp_path_p99_ms']:.2f} ms | {r['worker_cpu']:.0%} | "
+            f"{r['load']:.1f} | {'yes' if r['p99_ms'] <= LIMIT_S * 1000 else 'no'} |"
         )
     return "\n".join(lines)
 

@@ -124,7 +124,8 @@ class Bench:
         return 2 * src.nbytes / self.time(lambda: dst.copy_(src))
 
     def batch(self, batch: int, length: int, query_len: int, block_size: int, kv_cache_dtype: str):
-        """A filled single-layer cache holding `batch` sequences of `length` tokens, the metadata and a query."""
+        """A filled single-layer cache holding `batch` sequences of `length` tokens, the metadata
+        and a query."""
         torch, p = self.torch, self.plan
         from reference_engine.attention.kv_cache import allocate_kv_caches
         from reference_engine.attention.metadata import AttentionMetadata
@@ -294,10 +295,11 @@ class Bench:
         device = self.torch.cuda.get_device_name() if self.device == "cuda" else "CPU, TRITON_INTERPRET=1"
         copy_bw = self.copy_bandwidth()
         lines = [
-            f"# Attention kernels on {device}{' (smoke run: shapes tiny, timings meaningless)' if self.smoke else ''}",
+            "# Attention kernels on "
+            f"{device}{' (smoke run: shapes tiny, timings meaningless)' if self.smoke else ''}",
             "",
-            f"Layer: {p.num_heads} query heads, {p.num_kv_heads} KV heads, head_dim {p.head_dim}, fp16 queries. "
-            f"Device-to-device copy: {copy_bw / 1e9:.1f} GB/s.",
+            f"Layer: {p.num_heads} query heads, {p.num_kv_heads} KV heads, head_dim {p.head_dim}, fp16 "
+            f"queries. Device-to-device copy: {copy_bw / 1e9:.1f} GB/s.",
             "",
             "## Decode",
             "",

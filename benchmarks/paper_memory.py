@@ -283,8 +283,8 @@ def acceptance(rows: list[MemoryRow]) -> list[Check]:
                 f"{paged.run.token_state_share:.1%}",
                 ">= 96%",
                 paged.run.token_state_share >= 0.96,
-                f"{empty:g} empty slots in the last block next to ~{paged.run.mean_context:.0f} tokens per request: "
-                f"{waste:.1%} expected waste",
+                f"{empty:g} empty slots in the last block next to ~{paged.run.mean_context:.0f} tokens per "
+                f"request: {waste:.1%} expected waste",
             )
         )
         checks.append(
@@ -293,7 +293,8 @@ def acceptance(rows: list[MemoryRow]) -> list[Check]:
                 f"{contig.run.token_state_share:.1%}",
                 "20-40% (+-5 points)",
                 0.15 <= contig.run.token_state_share <= 0.45,
-                f"~{contig.run.mean_context:.0f} tokens per running request in a reservation of max_model_len",
+                f"~{contig.run.mean_context:.0f} tokens per running request in a reservation of "
+                "max_model_len",
             )
         )
         running = paged.run.mean_running / max(1e-9, contig.run.mean_running)

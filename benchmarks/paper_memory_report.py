@@ -99,11 +99,13 @@ def platform_markdown(p: PlatformResult) -> str:
         sat = f"{'yes' if run.saturated else 'NO'} ({run.window_steps}"
         sat += f", {run.unsaturated_steps} idle-queue)" if run.unsaturated_steps else ")"
         lines.append(
-            f"| {r.workload} | {r.label} | {_pct(run.token_state_share)} | {PAPER_SHARE.get(r.allocator, '')} "
-            f"| {run.mean_running:.1f} / {run.max_running} | {run.mean_running / max(1e-9, base.run.mean_running):.2f}x "
-            f"| {PAPER_BATCH.get((r.workload, r.allocator), '') if r.block_size == r.base_block_size else ''} "
-            f"| {run.mean_step_s * 1e3:.1f} | {run.output_tokens_per_s:,.1f} | {run.output_tokens_per_s / max(1e-9, base.run.output_tokens_per_s):.2f}x "
-            f"| {run.num_preemptions} | {sat} |"
+            f"| {r.workload} | {r.label} | {_pct(run.token_state_share)} | "
+            f"{PAPER_SHARE.get(r.allocator, '')} | {run.mean_running:.1f} / {run.max_running} | "
+            f"{run.mean_running / max(1e-9, base.run.mean_running):.2f}x | "
+            f"{PAPER_BATCH.get((r.workload, r.allocator), '') if r.block_size == r.base_block_size else ''} "
+            f"| {run.mean_step_s * 1e3:.1f} | {run.output_tokens_per_s:,.1f} | "
+            f"{run.output_tokens_per_s / max(1e-9, base.run.output_tokens_per_s):.2f}x | "
+            f"{run.num_preemptions} | {sat} |"
         )
     lines += ["", "| acceptance check | measured | target | met | why |", "|---|---|---|---|---|"]
     for c in acceptance(rows):

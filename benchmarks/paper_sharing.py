@@ -198,8 +198,9 @@ def markdown(parallel: list[ParallelRow], prefix: list[PrefixRow]) -> str:
         )
     lines += [
         "",
-        "| shared system prompt | concurrent requests | peak blocks: caching on / off | blocks saved | arithmetic "
-        "(`prefix_sharing`) | KV saved (arithmetic) | prefill tokens computed: on / off | saved | arithmetic |",
+        "| shared system prompt | concurrent requests | peak blocks: caching on / off | blocks saved | "
+        "arithmetic (`prefix_sharing`) | KV saved (arithmetic) | prefill tokens computed: on / off | saved "
+        "| arithmetic |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in prefix:
@@ -211,14 +212,14 @@ def markdown(parallel: list[ParallelRow], prefix: list[PrefixRow]) -> str:
         )
     lines += [
         "",
-        "Notes: the paper's parallel-sampling range is for OPT-13B (Alpaca 6.1-9.8%, ShareGPT 16.2-30.5%); its "
-        "sequences stop at their own EOS, while these run to the request's output length (ignore_eos), so all n "
-        "siblings live as long as each other. The saving is bounded by the prompt's share of a sequence's "
-        "blocks, (n - 1) / n x prompt / (prompt + output / 2), which the arithmetic column evaluates per request; "
-        "the measurement differs from it only by copy-on-write of the partial prompt block and prefill steps. "
-        "Prefix prompts of 80 and 341 tokens are the paper's 1-shot and 5-shot translation prefixes (§6.4). "
-        "Each shared-prefix request adds 40 unique prompt tokens and generates 64. Beam search is not "
-        "implemented in the reference engine, so its row has no measurement.",
+        "Notes: the paper's parallel-sampling range is for OPT-13B (Alpaca 6.1-9.8%, ShareGPT 16.2-30.5%); "
+        "its sequences stop at their own EOS, while these run to the request's output length (ignore_eos), "
+        "so all n siblings live as long as each other. The saving is bounded by the prompt's share of a "
+        "sequence's blocks, (n - 1) / n x prompt / (prompt + output / 2), which the arithmetic column "
+        "evaluates per request; the measurement differs from it only by copy-on-write of the partial prompt "
+        "block and prefill steps. Prefix prompts of 80 and 341 tokens are the paper's 1-shot and 5-shot "
+        "translation prefixes (§6.4). Each shared-prefix request adds 40 unique prompt tokens and generates "
+        "64. Beam search is not implemented in the reference engine, so its row has no measurement.",
     ]
     return "\n".join(lines)
 

@@ -132,15 +132,18 @@ def overhead(args: argparse.Namespace) -> None:
         f"best of {args.rounds} alternating rounds)\n"
     )
     print(
-        "| path | output tokens per round | tokens/s best | tokens/s median | client inter-chunk p50 / p99 ms |"
+        "| path | output tokens per round | tokens/s best | tokens/s median | client inter-chunk p50 / p99 "
+        "ms |"
     )
     print("|---|---|---|---|---|")
     print(
-        f"| in-process `LLMEngine.generate` | {total} | {max(in_rates):,.0f} | {statistics.median(in_rates):,.0f} | – |"
+        f"| in-process `LLMEngine.generate` | {total} | {max(in_rates):,.0f} | "
+        f"{statistics.median(in_rates):,.0f} | – |"
     )
     print(
-        f"| HTTP streaming (server process) | {total} | {max(http_rates):,.0f} | {statistics.median(http_rates):,.0f} | "
-        f"{pct(all_gaps, 0.5) * 1e3:.2f} / {pct(all_gaps, 0.99) * 1e3:.2f} |"
+        f"| HTTP streaming (server process) | {total} | {max(http_rates):,.0f} | "
+        f"{statistics.median(http_rates):,.0f} | {pct(all_gaps, 0.5) * 1e3:.2f} / "
+        f"{pct(all_gaps, 0.99) * 1e3:.2f} |"
     )
     print(
         f"\nratio (best / best) {ratio:.2f} (target >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'}); "
@@ -247,8 +250,8 @@ def sim(args: argparse.Namespace) -> None:
             f"{pct(gaps, 0.99) * 1e3:.0f} | {'yes' if ok else 'no'} |"
         )
     print(
-        f"\n### Simulation capacity ({args.sim_model} on {args.tp} x {args.sim_gpu}, {args.sim_tokens} tokens "
-        "per stream, one server process)\n"
+        f"\n### Simulation capacity ({args.sim_model} on {args.tp} x {args.sim_gpu}, {args.sim_tokens} "
+        "tokens per stream, one server process)\n"
     )
     print(
         "| streams | full decode steps | modelled ms/step | measured ms/step (median) | measured / modelled "

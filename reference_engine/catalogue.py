@@ -511,7 +511,8 @@ _MODEL_CONFIGS: dict[str, tuple[str, dict[str, Any], str]] = {
             num_experts_per_tok=4,
             quantization_config={"quant_method": "mxfp4"},
         ),
-        "EchoCog/gpt-oss-20b:docs/gpt-oss-20b-architecture.md (same family); public gpt-oss-120b config copies",
+        "EchoCog/gpt-oss-20b:docs/gpt-oss-20b-architecture.md (same family); public gpt-oss-120b config "
+        "copies",
     ),
     # Multimodal: the decoder lives in text_config; every 6th layer is global (5 local : 1 global).
     "gemma-3-27b": (
@@ -600,7 +601,8 @@ GPUS: Mapping[str, GPUSpec] = MappingProxyType(
                 1555e9,
                 312 * _T,
                 None,
-                "NVIDIA A100 datasheet via astroC86/gpu-datasheet:README.md; vllm#12330 log total_gpu_memory (39.50GiB)",
+                "NVIDIA A100 datasheet via astroC86/gpu-datasheet:README.md; vllm#12330 log "
+                "total_gpu_memory (39.50GiB)",
             ),
             GPUSpec(
                 "a100-80gb",
@@ -618,7 +620,8 @@ GPUS: Mapping[str, GPUSpec] = MappingProxyType(
                 3.35e12,
                 989 * _T,
                 1979 * _T,
-                "H100 SXM datasheet (3.35 TB/s; 1,979/3,958 TF are with sparsity); vLLM logs total_gpu_memory 79.11-79.33GiB",
+                "H100 SXM datasheet (3.35 TB/s; 1,979/3,958 TF are with sparsity); vLLM logs "
+                "total_gpu_memory 79.11-79.33GiB",
             ),
             GPUSpec(
                 "h200-141gb",
@@ -636,7 +639,8 @@ GPUS: Mapping[str, GPUSpec] = MappingProxyType(
                 8.0e12,
                 2250 * _T,
                 4500 * _T,
-                "HGX B200 (1,440 GB / 8 GPUs; 2.25 PF bf16, 4.5 PF fp8 dense); citsjtu2020/LLM-Prof:hardware_spec.md; memory est.",
+                "HGX B200 (1,440 GB / 8 GPUs; 2.25 PF bf16, 4.5 PF fp8 dense); "
+                "citsjtu2020/LLM-Prof:hardware_spec.md; memory est.",
             ),
             GPUSpec(
                 "mi300x",
@@ -645,7 +649,8 @@ GPUS: Mapping[str, GPUSpec] = MappingProxyType(
                 5.3e12,
                 1307.4 * _T,
                 2614.9 * _T,
-                "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 1,307.4 TF bf16 / 2,614.9 TF fp8 dense); memory est.",
+                "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 1,307.4 TF bf16 / 2,614.9 TF fp8 "
+                "dense); memory est.",
             ),
             GPUSpec(
                 "rtx-4090",
@@ -654,7 +659,8 @@ GPUS: Mapping[str, GPUSpec] = MappingProxyType(
                 1008e9,
                 165.2 * _T,
                 330.3 * _T,
-                "NVIDIA Ada whitepaper (bf16 w/ fp32 acc 165.2 TF dense, 1,008 GB/s); vLLM logs total_gpu_memory (23.58GiB)",
+                "NVIDIA Ada whitepaper (bf16 w/ fp32 acc 165.2 TF dense, 1,008 GB/s); vLLM logs "
+                "total_gpu_memory (23.58GiB)",
             ),
         )
     }

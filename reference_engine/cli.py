@@ -28,8 +28,8 @@ def register(subparsers) -> None:
     gen = sub.add_parser(
         "generate",
         help="generate from prompts in-process and print throughput and KV statistics",
-        description="Generate completions for a batch of prompts and report throughput and KV-cache statistics. "
-        "With no PROMPT, a built-in batch of factual prompts is used.",
+        description="Generate completions for a batch of prompts and report throughput and KV-cache "
+        "statistics. With no PROMPT, a built-in batch of factual prompts is used.",
     )
     add_engine_args(gen, ("engine",))
     s = gen.add_argument_group("sampling")
@@ -109,8 +109,8 @@ def run_generate(args: argparse.Namespace) -> int:
     hit = stats["prefix_cache_hits"] / stats["prefix_cache_queries"] if stats["prefix_cache_queries"] else 0.0
     print(
         f"\n{len(prompts)} prompts, {out_tokens} output tokens in {elapsed:.2f} s "
-        f"({summary['output_tokens_per_s']} tok/s) | KV: {built.num_blocks} blocks x {args.block_size} tokens, "
-        f"peak usage {stats['peak_kv_usage']:.1%}, preemptions {stats['num_preemptions']}, "
-        f"prefix hits {stats['prefix_cache_hits']}/{stats['prefix_cache_queries']} tokens ({hit:.1%})"
+        f"({summary['output_tokens_per_s']} tok/s) | KV: {built.num_blocks} blocks x {args.block_size} "
+        f"tokens, peak usage {stats['peak_kv_usage']:.1%}, preemptions {stats['num_preemptions']}, prefix "
+        f"hits {stats['prefix_cache_hits']}/{stats['prefix_cache_queries']} tokens ({hit:.1%})"
     )
     return 0

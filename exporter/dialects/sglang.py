@@ -64,7 +64,8 @@ def normalise(idx: FamilyIndex) -> Normalised:
     if hit_name:
         queries = {k: s.prompt_tokens for k, s in samples.items()}
         notes.append(
-            "prefix-cache queries = sglang:prompt_tokens_total (SGLang counts cached prompt tokens, not lookups)"
+            "prefix-cache queries = sglang:prompt_tokens_total (SGLang counts cached prompt tokens, not "
+            "lookups)"
         )
     else:
         hits, hit_name = counter(idx, ("sglang_realtime_tokens_total",), keyer, ("mode", "prefill_cache"))
@@ -72,7 +73,8 @@ def normalise(idx: FamilyIndex) -> Normalised:
         queries = {k: hits[k] + compute[k] for k in hits if k in compute}
         if hit_name:
             notes.append(
-                "prefix-cache statistics from sglang:realtime_tokens_total{mode=prefill_cache|prefill_compute}"
+                "prefix-cache statistics from "
+                "sglang:realtime_tokens_total{mode=prefill_cache|prefill_compute}"
             )
     for key, s in samples.items():
         if key in hits and queries.get(key) is not None:

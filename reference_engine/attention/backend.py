@@ -137,6 +137,7 @@ def validate_attention_config(
         capability = torch.cuda.get_device_capability(device)
         if capability < FP8_MIN_CUDA_CAPABILITY:
             raise ConfigError(
-                f"kv_cache_dtype='fp8' with the triton backend needs CUDA compute capability >= 8.9 "
-                f"(Ada/Hopper); this GPU has {capability[0]}.{capability[1]}. Use kv_cache_dtype='int8' instead"
+                "kv_cache_dtype='fp8' with the triton backend needs CUDA compute capability >= 8.9 "
+                f"(Ada/Hopper); this GPU has {capability[0]}.{capability[1]}. Use kv_cache_dtype='int8' "
+                "instead"
             )

@@ -6,11 +6,12 @@ Formats (the `kv_cache_dtype` setting; the list is `config.KVCacheDType`):
   are cast on store and read back as fp32.
 * `fp8`: `torch.float8_e4m3fn` with one float32 scale per tensor (K and V of each layer
   separately). The scale is calibrated on the layer's first write
-  (`kv_cache.calibrate_fp8_scales`) as `max(amax, FP8_AMAX_FLOOR) / (448 / FP8_HEADROOM)`: later tokens can be twice as large as
-  anything in the first batch before they saturate (e4m3's dynamic range is wide, so the
-  headroom costs nothing measurable), and the floor keeps a warm-up write of zeros from
-  leaving a uselessly tiny scale. Values beyond the range saturate to +-448 (e4m3fn has no
-  infinity; an unclamped cast would produce NaN on some platforms).
+  (`kv_cache.calibrate_fp8_scales`) as `max(amax, FP8_AMAX_FLOOR) / (448 / FP8_HEADROOM)`:
+  later tokens can be twice as large as anything in the first batch before they saturate
+  (e4m3's dynamic range is wide, so the headroom costs nothing measurable), and the floor
+  keeps a warm-up write of zeros from leaving a uselessly tiny scale. Values beyond the range
+  saturate to +-448 (e4m3fn has no infinity; an unclamped cast would produce NaN on some
+  platforms).
 * `int8`: symmetric, one scale per (token, KV head) = absmax over head_dim / 127, stored as
   float16 in `[num_blocks, block_size, num_kv_heads]`. float16 rather than float32 keeps the
   overhead at 2 bytes per token-head, so int8 holds `2 * head_dim / (head_dim + 2)` times the
@@ -101,7 +102,8 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def dequantize(data: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
-    """fp32 values of cache entries `data` `[..., head_dim]`; `scale` is per-tensor `[1]` or per-row `data.shape[:-1]`."""
+    """fp32 values of cache entries `data` `[..., head_dim]`; `scale` is per-tensor `[1]` or
+    per-row `data.shape[:-1]`."""
     quant = kv_quant_of(data.dtype)
     if quant == KVQuant.NONE:
         return data.float()

@@ -155,7 +155,8 @@ def _write_kv_kernel(
 def triton_write_kv(
     key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_mapping: torch.Tensor
 ) -> None:
-    """Same contract as `torch_backend.write_kv`: `key`/`value` `[T, num_kv_heads, head_dim]`, slot -1 = padding."""
+    """Same contract as `torch_backend.write_kv`: `key`/`value` `[T, num_kv_heads, head_dim]`,
+    slot -1 = padding."""
     num_tokens = key.shape[0]
     if num_tokens == 0:
         return

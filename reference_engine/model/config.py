@@ -41,11 +41,13 @@ class ModelConfig:
 
         if self.num_heads % self.num_kv_heads:
             raise ModelLoadError(
-                f"{self.name}: num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}"
+                f"{self.name}: num_heads {self.num_heads} is not a multiple of num_kv_heads "
+                f"{self.num_kv_heads}"
             )
         if self.head_dim % 2:
             raise ModelLoadError(f"{self.name}: head_dim {self.head_dim} must be even for RoPE")
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
             raise ModelLoadError(
-                f"{self.name}: rope_freqs has {len(self.rope_freq_factors)} entries, expected {self.head_dim // 2}"
+                f"{self.name}: rope_freqs has {len(self.rope_freq_factors)} entries, expected "
+                f"{self.head_dim // 2}"
             )

@@ -35,7 +35,8 @@ def register_serve(subparsers) -> None:
         description="Serve /v1/models, /v1/completions, /v1/chat/completions (SSE streaming), /health and "
         "/metrics (vLLM V1 metric names). Every final response carries a 'kvscope' object with the server's "
         "own per-request timings (also in the x-kvscope-timing header when not streaming). With --simulate, "
-        "the real scheduler and block pool run with a cost model of --sim-model on --sim-gpu instead of a model.",
+        "the real scheduler and block pool run with a cost model of --sim-model on --sim-gpu instead of a "
+        "model.",
     )
     add_engine_args(p)
     p.set_defaults(func=run_serve)

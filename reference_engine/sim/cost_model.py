@@ -202,7 +202,8 @@ def simulated_num_blocks(
     ):
         raise ConfigError(
             f"one request at max_model_len {max_model_len:,} needs "
-            f"{model.kv_bytes_for_tokens(max_model_len, kv_bytes, tp) / GiB:.2f} GiB of KV cache, more than the "
-            f"{blocks * per_block / GiB:.2f} GiB available; lower max_model_len or raise gpu_memory_utilization"
+            f"{model.kv_bytes_for_tokens(max_model_len, kv_bytes, tp) / GiB:.2f} GiB of KV cache, more than "
+            f"the {blocks * per_block / GiB:.2f} GiB available; lower max_model_len or raise "
+            "gpu_memory_utilization"
         )
     return blocks

@@ -251,7 +251,8 @@ def test_mha_and_derived_head_dim_and_text_config():
         ),
         ('{"num_hidden_layers": -1, "hidden_size": 64, "num_attention_heads": 4}', "non-negative integer"),
         (
-            '{"num_hidden_layers": 2, "hidden_size": 65, "num_attention_heads": 4, "vocab_size": 9, "max_position_embeddings": 8}',
+            '{"num_hidden_layers": 2, "hidden_size": 65, "num_attention_heads": 4, "vocab_size": 9,'
+            ' "max_position_embeddings": 8}',
             "does not divide",
         ),
         (
@@ -259,12 +260,14 @@ def test_mha_and_derived_head_dim_and_text_config():
             "missing max_position_embeddings",
         ),
         (
-            '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9, "max_position_embeddings": 8,'
+            '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9,'
+            ' "max_position_embeddings": 8,'
             ' "num_local_experts": 4, "num_experts_per_tok": 8}',
             "num_experts_per_tok",
         ),
         (
-            '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9, "max_position_embeddings": 8,'
+            '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 9,'
+            ' "max_position_embeddings": 8,'
             ' "sliding_window": 4, "layer_types": ["full_attention"]}',
             "one entry per layer",
         ),

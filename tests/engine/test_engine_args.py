@@ -64,8 +64,9 @@ def test_defaults_parse_to_the_dataclass_defaults() -> None:
 def test_flags_set_their_fields() -> None:
     ns = _parser().parse_args(
         [
-            "--num-blocks", "48", "--block-size", "8", "--allocator", "contiguous", "--no-enable-prefix-caching",
-            "--kv-cache-dtype", "fp8", "--dtype", "bfloat16", "--seed", "7", "--num-threads", "1",
+            "--num-blocks", "48", "--block-size", "8", "--allocator", "contiguous",
+            "--no-enable-prefix-caching", "--kv-cache-dtype", "fp8", "--dtype", "bfloat16",
+            "--seed", "7", "--num-threads", "1",
             "--simulate", "--sim-model", "llama-3.1-8b", "--sim-gpu", "l4", "--tensor-parallel-size", "2",
             "--gpu-memory-utilization", "0.8", "--sim-weight-dtype", "fp8",
             "--port", "0", "--served-model-name", "m", "--shutdown-grace", "2.5", "--access-log",

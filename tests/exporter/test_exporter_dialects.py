@@ -366,7 +366,11 @@ def test_forced_dialect_and_unknown() -> None:
 
 
 def test_nan_gauge_is_unknown_not_zero() -> None:
-    text = 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} NaN\nvllm:num_requests_running{engine="0",model_name="m"} +Inf\nvllm:num_requests_waiting{engine="0",model_name="m"} 0\n'
+    text = (
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} NaN\n'
+        'vllm:num_requests_running{engine="0",model_name="m"} +Inf\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 0\n'
+    )
     s = normalise(parse_exposition(text)).instances[0]
     assert s.kv_usage_ratio is None and s.requests_running is None and s.requests_waiting == 0
 

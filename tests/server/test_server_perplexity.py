@@ -19,10 +19,10 @@ from reference_engine.server.state import ServerConfig
 pytestmark = pytest.mark.slow
 
 PARAGRAPH = (
-    "Water is a chemical compound made of hydrogen and oxygen. At room temperature it is a clear liquid with "
-    "no taste or smell. Water covers about seventy percent of the surface of the Earth, and it is essential for "
-    "all known forms of life. When water is heated to one hundred degrees Celsius, it boils and turns into "
-    "steam. When it is cooled to zero degrees Celsius, it freezes and becomes ice."
+    "Water is a chemical compound made of hydrogen and oxygen. At room temperature it is a clear liquid "
+    "with no taste or smell. Water covers about seventy percent of the surface of the Earth, and it is "
+    "essential for all known forms of life. When water is heated to one hundred degrees Celsius, it boils "
+    "and turns into steam. When it is cooled to zero degrees Celsius, it freezes and becomes ice."
 )
 
 

@@ -206,7 +206,8 @@ def test_500_concurrent_streams_with_consistent_metrics():
     assert final[("vllm:num_requests_running", None)] == 0.0
     ttft_server = sorted(r["kvscope"]["ttft_s"] for r in results)
     print(
-        f"500 streams in {elapsed:.1f} s; server TTFT p50 {ttft_server[250]:.3f} s, p99 {ttft_server[494]:.3f} s"
+        f"500 streams in {elapsed:.1f} s; server TTFT p50 {ttft_server[250]:.3f} s, p99 "
+        f"{ttft_server[494]:.3f} s"
     )
 
 

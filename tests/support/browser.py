@@ -40,8 +40,10 @@ FLAGS = [
 
 IMAGES_JS = """
 Promise.all(Array.from(document.images).map(img => img.decode().then(
-  () => ({alt: img.alt, ok: true, w: img.naturalWidth, h: img.naturalHeight, data: img.src.startsWith('data:image/png;base64,')}),
-  () => ({alt: img.alt, ok: false, w: img.naturalWidth, h: img.naturalHeight, data: img.src.startsWith('data:image/png;base64,')}))))
+  () => ({alt: img.alt, ok: true, w: img.naturalWidth, h: img.naturalHeight,
+          data: img.src.startsWith('data:image/png;base64,')}),
+  () => ({alt: img.alt, ok: false, w: img.naturalWidth, h: img.naturalHeight,
+          data: img.src.startsWith('data:image/png;base64,')}))))
 """
 
 

@@ -42,7 +42,8 @@ def make_app(mode: str, gap_s: float) -> web.Application:
         return web.Response(
             text=(
                 "# TYPE vllm:request_success_total counter\n"
-                f'vllm:request_success_total{{model_name="{MODEL}",finished_reason="length"}} {counts["ok"]}\n'
+                f'vllm:request_success_total{{model_name="{MODEL}",finished_reason="length"}} '
+                f"{counts['ok']}\n"
             )
         )
 

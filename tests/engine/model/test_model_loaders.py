@@ -99,7 +99,10 @@ def test_bad_dtype():
 
 
 def test_package_import_is_torch_free():
-    code = "import sys, reference_engine.model, reference_engine.model.registry; assert 'torch' not in sys.modules"
+    code = (
+        "import sys, reference_engine.model, reference_engine.model.registry\n"
+        "assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
