@@ -3,7 +3,7 @@ paper's figures, the acceptance checks, and the notes that explain every miss.""
 
 from __future__ import annotations
 
-from benchmarks.paper_memory import PlatformResult, acceptance
+from benchmarks.paper_memory_runs import PlatformResult, acceptance
 from benchmarks.paper_workloads import PAPER
 
 # Kwon et al., Fig. 2 (share of KV memory holding token states, OPT-13B, §6.2 experiment)

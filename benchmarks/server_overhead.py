@@ -161,9 +161,9 @@ def sim_child(argv: list[str]) -> int:
         engine_config_from_args,
         simulator_config_from_args,
     )
+    from reference_engine.serve_options import DEFAULT_SHUTDOWN_GRACE_S
     from reference_engine.server.app import create_app
     from reference_engine.server.metrics import cache_config_labels
-    from reference_engine.server.options import DEFAULT_SHUTDOWN_GRACE_S
     from reference_engine.server.serve_cli import serve
     from reference_engine.server.state import ServerConfig
     from reference_engine.sim.engine import build_sim_engine

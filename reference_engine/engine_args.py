@@ -26,7 +26,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from reference_engine.arg_field import ARG_METADATA_KEY, ArgSpec
 from reference_engine.config import EngineConfig
-from reference_engine.server.options import ServeOptions
+from reference_engine.serve_options import ServeOptions
 from reference_engine.sim.spec import SimSpec
 
 ArgGroup = Literal["server", "engine", "simulator"]

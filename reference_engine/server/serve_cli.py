@@ -23,7 +23,7 @@ from reference_engine.engine_args import (
     serve_options_from_args,
     simulator_config_from_args,
 )
-from reference_engine.server.options import read_api_key
+from reference_engine.serve_options import read_api_key
 
 log = logging.getLogger("kvscope.server")
 

@@ -12,7 +12,7 @@ import pytest
 
 # `benchmarks` is a folder of scripts, not an installed package: the repository root is on
 # sys.path because `tests` is a package rooted there.
-from benchmarks import paper_memory, paper_sharing, run_all
+from benchmarks import paper_memory_runs, paper_sharing, run_all
 from benchmarks.paper_workloads import ALPACA, SHAREGPT, draw_lengths
 
 
@@ -27,7 +27,7 @@ def test_synthetic_lengths_have_the_papers_means(dist):
 @pytest.fixture(scope="module")
 def sim_rows():
     # Quarter-length windows on the paper-like deployment (Qwen2.5-14B on one A100-40GB).
-    return paper_memory.run_platform(paper_memory.SIM_SETUP, quick=True).rows
+    return paper_memory_runs.run_platform(paper_memory_runs.SIM_SETUP, quick=True).rows
 
 
 def _check(checks, what):
@@ -35,7 +35,7 @@ def _check(checks, what):
 
 
 def test_simulator_meets_the_acceptance_inequalities(sim_rows):
-    checks = paper_memory.acceptance(sim_rows)
+    checks = paper_memory_runs.acceptance(sim_rows)
     for c in checks:
         assert c.met or c.what in {
             "Alpaca-like: paged, token-state share",
@@ -65,12 +65,12 @@ def test_alpaca_misses_are_the_ones_the_notes_explain(sim_rows):
 
 def test_real_engine_path_measures_the_same_quantities():
     setup = replace(
-        paper_memory.CPU_SETUP,
+        paper_memory_runs.CPU_SETUP,
         warmup_steps=4,
         measure_steps={"ShareGPT-like": 24},
         requests={"ShareGPT-like": 60},
     )
-    rows = paper_memory.cpu_rows(setup, model="tiny-random")
+    rows = paper_memory_runs.cpu_rows(setup, model="tiny-random")
     by = {r.allocator: r.run for r in rows}
     assert by["paged"].token_state_share >= 0.9 > by["contiguous-oracle"].token_state_share
     assert by["contiguous"].token_state_share < by["contiguous-oracle"].token_state_share

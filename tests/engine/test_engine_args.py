@@ -26,7 +26,7 @@ from reference_engine.engine_args import (
     serve_options_from_args,
     simulator_config_from_args,
 )
-from reference_engine.server.options import ServeOptions
+from reference_engine.serve_options import ServeOptions
 from reference_engine.sim.spec import SimSpec
 from tests.support.paths import ROOT
 

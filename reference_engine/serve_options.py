@@ -1,6 +1,8 @@
 """What `kvscope engine serve` is told besides the engine and the simulation (`ServeOptions`).
 
-Stdlib only, so the flags can be built (`reference_engine.engine_args`) without aiohttp.
+Stdlib only, so the flags can be built (`reference_engine.engine_args`) without aiohttp. It
+lives beside the other config types rather than in `server/`: the command in `server/`
+imports `engine_args`, which imports this.
 """
 
 from __future__ import annotations
