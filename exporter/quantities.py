@@ -4,7 +4,7 @@ One table (`ALL`) names each quantity once, with its kind, the HELP of the `kvsc
 family it is re-exported as, and how the instances of one model combine into an aggregate.
 Everything else (`QUANTITIES`, `COUNTERS`, the collector's families, the aggregate's rules,
 the harness's server columns) is derived from it. Meanings: exporter/METRICS.md; how each
-engine's names map onto them: docs/metric-dialects.md.
+engine's names map onto them: docs/reference/metric-dialects.md.
 
 `Key` is an engine instance within one target: (model, instance).
 

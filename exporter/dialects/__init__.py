@@ -3,7 +3,7 @@
 `normalise(exposition, dialect)` is the single entry point; `dialect="auto"` detects. Each
 engine module exposes `normalise(FamilyIndex) -> Normalised` and states, in `notes`, what it
 approximated, ignored or could not provide (those quantities are None, never 0). The facts
-behind each mapping are in docs/metric-dialects.md.
+behind each mapping are in docs/reference/metric-dialects.md.
 
 May import: the standard library, `exporter.parse` and `exporter.quantities`; nothing that
 does I/O.

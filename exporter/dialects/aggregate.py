@@ -1,6 +1,6 @@
 """Combine the instances of one model (data-parallel engines/ranks) into one view.
 
-Rules (docs/metric-dialects.md §8, gotcha 9): counters, running and waiting requests and capacities
+Rules (docs/reference/metric-dialects.md §8, gotcha 9): counters, running and waiting requests and capacities
 are summed over the instances that report them (SGLang's tokenizer-level counters exist only
 on one instance, and are the server's totals); KV usage is the capacity-weighted mean (used /
 total, in blocks or else tokens) when every capacity is known, else the max (the

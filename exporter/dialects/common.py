@@ -1,7 +1,7 @@
 """Shared machinery for the dialect modules: a name index and per-instance extractors.
 
 Names are looked up after rewriting `:` to `_`, so `vllm:x` and a gateway's `vllm_x` are the
-same family (docs/metric-dialects.md §8, gotcha 6). Each canonical quantity has an ordered list of
+same family (docs/reference/metric-dialects.md §8, gotcha 6). Each canonical quantity has an ordered list of
 aliases (newest name first); the first alias that has samples wins for the whole exposition.
 Extractors group samples by an instance key that the dialect chooses (`Keyer`).
 """

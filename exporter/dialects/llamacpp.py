@@ -1,4 +1,4 @@
-"""llama.cpp `llama-server` (docs/metric-dialects.md §5): no labels, no KV metrics since May 2025.
+"""llama.cpp `llama-server` (docs/reference/metric-dialects.md §5): no labels, no KV metrics since May 2025.
 
 Running = busy slots (`requests_processing`), waiting = deferred tasks. Builds from before
 PR #13660 exported `kv_cache_usage_ratio` (0-1), which is used when present.

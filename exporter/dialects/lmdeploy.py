@@ -1,4 +1,4 @@
-"""LMDeploy (docs/metric-dialects.md §6): vLLM-like names under `lmdeploy:`, no preemption metric.
+"""LMDeploy (docs/reference/metric-dialects.md §6): vLLM-like names under `lmdeploy:`, no preemption metric.
 
 The local prefix-cache hit rate exists only as a window-less gauge, so the prefix counters
 stay unknown. Capacity comes from `backend_config_info` when its labels carry the block

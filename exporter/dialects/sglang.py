@@ -1,4 +1,4 @@
-"""SGLang (docs/metric-dialects.md §2): token-counted KV pool, retractions as preemptions.
+"""SGLang (docs/reference/metric-dialects.md §2): token-counted KV pool, retractions as preemptions.
 
 - KV usage: `kv_used_tokens / max_total_num_tokens` (2026; excludes evictable radix-cache
   tokens, like vLLM's usage) else `token_usage`, else `num_used_tokens / max_total_num_tokens`.

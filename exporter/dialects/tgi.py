@@ -1,4 +1,4 @@
-"""Hugging Face TGI (docs/metric-dialects.md §3): no KV-block, prefix-cache or preemption metric.
+"""Hugging Face TGI (docs/reference/metric-dialects.md §3): no KV-block, prefix-cache or preemption metric.
 
 KV usage is a labelled proxy: tokens *reserved* by the running batch (prompt + max new
 tokens) over the token budget `max_batch_total_tokens`. Counters have no `_total`; token

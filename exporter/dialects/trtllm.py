@@ -1,4 +1,4 @@
-"""TensorRT-LLM through Triton (`nv_trt_llm_*`) and `trtllm-serve` (docs/metric-dialects.md §4).
+"""TensorRT-LLM through Triton (`nv_trt_llm_*`) and `trtllm-serve` (docs/reference/metric-dialects.md §4).
 
 Triton multiplexes quantities over one gauge family with a sub-label; its model identity is
 (`model`, `version`). There is no preemption counter (only the instantaneous

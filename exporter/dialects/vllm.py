@@ -1,4 +1,4 @@
-"""vLLM, V0 and V1, across its renames (docs/metric-dialects.md §1).
+"""vLLM, V0 and V1, across its renames (docs/reference/metric-dialects.md §1).
 
 - KV usage: `kv_cache_usage_perc` (0.9.2+), else `gpu_cache_usage_perc` (V0 .. 0.11). Both are
   0-1 fractions of blocks despite "perc".

@@ -1,7 +1,7 @@
 """Every fixture in tests/exporter/data/metrics: detected dialect and canonical values, checked by hand.
 
 Expected numbers are read off the fixture files and written here literally. Files named
-`synthetic_*` were written for these tests from docs/metric-dialects.md (no real paste exists
+`synthetic_*` were written for these tests from docs/reference/metric-dialects.md (no real paste exists
 for those versions); the others are verbatim real expositions pasted by users or docs, each
 naming its source on its first line.
 """
