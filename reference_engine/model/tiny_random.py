@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from reference_engine.model.builtin import TINY_RANDOM_NAME
 from reference_engine.model.config import ModelConfig
 from reference_engine.model.tokenizer import Tokenizer, byte_tokenizer
-
-TINY_RANDOM_NAME = "tiny-random"
 
 
 def tiny_random_config() -> ModelConfig:

@@ -40,7 +40,7 @@ def load_sim_tokenizer():
     """SmolLM2's byte-level BPE tokenizer, read from the GGUF metadata only (no weights)."""
     import gguf
 
-    from reference_engine.model.registry import smollm2_gguf_path
+    from reference_engine.model.builtin import smollm2_gguf_path
     from reference_engine.model.tokenizer import tokenizer_from_gguf
 
     path = smollm2_gguf_path()

@@ -15,9 +15,10 @@ import torch.nn.functional as F
 
 from reference_engine.attention.kv_cache import allocate_kv_caches
 from reference_engine.model import load_model
+from reference_engine.model.builtin import smollm2_gguf_path
 from reference_engine.model.gguf_loader import load_gguf
 from reference_engine.model.llama import build_model
-from reference_engine.model.registry import LoadedModel, smollm2_gguf_path
+from reference_engine.model.registry import LoadedModel
 from reference_engine.model_runner import ModelRunner
 from reference_engine.request import Request
 from reference_engine.sampler import Sampler

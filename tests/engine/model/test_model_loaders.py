@@ -15,8 +15,9 @@ import torch
 from reference_engine.attention.kv_cache import allocate_kv_caches
 from reference_engine.detokenizer import IncrementalDetokenizer
 from reference_engine.model import ModelLoadError, load_model
+from reference_engine.model.builtin import smollm2_gguf_path
 from reference_engine.model.gguf_loader import load_gguf, unpermute_qk
-from reference_engine.model.registry import LoadedModel, smollm2_gguf_path
+from reference_engine.model.registry import LoadedModel
 from reference_engine.model.tokenizer import BYTE_SPECIAL_TOKENS, CHATML_TEMPLATE, bytes_to_unicode
 from reference_engine.model_runner import ModelRunner
 from reference_engine.request import Request
