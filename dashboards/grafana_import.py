@@ -168,7 +168,7 @@ def import_dashboards(
     *,
     folder: str | None,
     overwrite: bool,
-    timeout: float = 10.0,
+    timeout: float,
 ) -> list[Imported]:
     """Create `folder` if needed and post every dashboard into it.
 
