@@ -1,25 +1,31 @@
 """OpenAI request bodies in, validated `GenerateRequest`s out.
 
-The rule: every field is type-checked here and every value range by `SamplingParams.validate`,
-so nothing a client sends (wrong types, NaN, huge numbers, odd unicode) can reach the engine
-thread or raise anything but an `APIError` (a 4xx). JSON booleans are rejected where a number
-is expected, although Python counts `True` as an int.
+The rule: values no field can take (numbers that do not fit a float, NaN and infinities,
+lone surrogates, deep nesting) are refused over the whole body by `json_values`; every field
+is type-checked here and every value range by `SamplingParams.validate`, so nothing a client
+sends can reach the engine thread or raise anything but an `APIError` (a 4xx) naming the
+field. JSON booleans are rejected where a number is expected, although Python counts `True`
+as an int. Names (`model`, a message's `name`) may not hold control characters: they end up
+in logs and error messages.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from reference_engine.sampling_params import InvalidRequestError, SamplingParams
 from reference_engine.server.errors import APIError, bad_request
+from reference_engine.server.json_values import check_values
 
 Kind = Literal["completion", "chat"]
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _INT64 = 1 << 63
 _DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(slots=True)
@@ -46,18 +52,18 @@ class GenerateRequest:
 
 
 def decode_body(raw: bytes) -> dict[str, Any]:
-    """JSON object from the request body; NaN/Infinity, deep nesting, over-long integers and
-    invalid UTF-8 are all 400s."""
-
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not valid JSON")
-
+    """JSON object from the request body; invalid UTF-8 or JSON is a 400, and so is any value
+    `json_values.check_values` refuses (NaN and Infinity are decoded so that it can name
+    their field)."""
     try:
-        body = json.loads(raw.decode("utf-8"), parse_constant=no_constants)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        body = json.loads(raw.decode("utf-8"), parse_constant=float)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise bad_request(f"The request body is not valid JSON: {str(exc)[:200]}") from None
+    except RecursionError:  # deeper than the decoder goes: too deep to say where
+        raise bad_request("The request body is nested too deeply to decode.") from None
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
+    check_values(body)
     return body
 
 
@@ -80,18 +86,23 @@ def _float(body: dict, name: str, default: float) -> float:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad_request(f"'{name}' must be a number, got {type(value).__name__}.", name)
-    value = float(value)  # a huge integer becomes inf here, and is refused just below
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond float range (float() raises, it does not give inf)
+        value = math.inf
     if not math.isfinite(value):
         raise bad_request(f"'{name}' must be a finite number.", name)
     return value
 
 
-def _bool(body: dict, name: str, default: bool = False) -> bool:
+def _bool(body: dict, name: str, default: bool = False, parent: str | None = None) -> bool:
+    """`parent` names the object `body` is nested in (the error's param is the top-level field)."""
     value = body.get(name)
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise bad_request(f"'{name}' must be a boolean, got {type(value).__name__}.", name)
+        where = f"{parent}.{name}" if parent else name
+        raise bad_request(f"'{where}' must be a boolean, got {type(value).__name__}.", parent or name)
     return value
 
 
@@ -126,11 +137,17 @@ def _unsupported(body: dict) -> None:
         raise bad_request("Only response_format {'type': 'text'} is supported.", "response_format")
 
 
+def _name(value: Any, where: str, param: str) -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"'{where}' must be a string.", param)
+    if _CONTROL.search(value):
+        raise bad_request(f"'{where}' must not contain control characters.", param)
+    return value
+
+
 def _model(body: dict) -> str | None:
     model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise bad_request("'model' must be a string.", "model")
-    return model
+    return None if model is None else _name(model, "model", "model")
 
 
 def _stream_flags(body: dict) -> tuple[bool, bool]:
@@ -142,7 +159,7 @@ def _stream_flags(body: dict) -> tuple[bool, bool]:
         raise bad_request("'stream_options' is only allowed when 'stream' is true.", "stream_options")
     if not isinstance(options, dict):
         raise bad_request("'stream_options' must be an object.", "stream_options")
-    return stream, _bool(options, "include_usage")
+    return stream, _bool(options, "include_usage", parent="stream_options")
 
 
 def _params(
@@ -251,8 +268,8 @@ def _message(i: int, message: Any) -> dict[str, Any]:
     elif not isinstance(content, str):
         raise bad_request(f"'{where}.content' must be a string or a list of text parts.", "messages")
     out = {"role": role, "content": content}
-    if isinstance(message.get("name"), str):
-        out["name"] = message["name"]
+    if message.get("name") is not None:
+        out["name"] = _name(message["name"], f"{where}.name", "messages")
     return out
 
 

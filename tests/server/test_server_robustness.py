@@ -8,7 +8,6 @@ import asyncio
 import http.client
 import json
 import os
-import time
 
 import aiohttp
 import pytest
@@ -16,47 +15,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from reference_engine.config import EngineConfig
-from reference_engine.engine_factory import build_engine
-from reference_engine.server.app import create_app
 from reference_engine.server.background import BackgroundServer
-from reference_engine.server.state import ServerConfig
-
-MODEL = "tiny"
-
-
-def start(**config) -> BackgroundServer:
-    built = build_engine(EngineConfig(model="tiny-random", **config))
-    info = {
-        "block_size": "16",
-        "num_gpu_blocks": str(built.num_blocks),
-        "cache_dtype": "auto",
-        "enable_prefix_caching": "True",
-        "allocator": "paged",
-    }
-    return BackgroundServer(
-        create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random"), info)
-    ).start()
-
-
-def post(server: BackgroundServer, path: str, body: bytes, timeout: float = 120) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
-    try:
-        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
-
-
-def wait_idle(server: BackgroundServer, timeout: float = 30.0) -> None:
-    engine = server.state.engine_loop.engine
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not engine.has_unfinished() and server.state.engine_loop.num_in_flight == 0:
-            return
-        time.sleep(0.02)
-    raise AssertionError("the engine did not go idle")
+from tests.support.tiny_server import MODEL, post, start, wait_idle
 
 
 def metric(server: BackgroundServer, name: str, **labels: str) -> float:
