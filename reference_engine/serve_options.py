@@ -16,6 +16,16 @@ from reference_engine.arg_field import arg_field
 API_KEY_ENV = "KVSCOPE_API_KEY"
 # How long in-flight requests may run after SIGTERM before they are aborted.
 DEFAULT_SHUTDOWN_GRACE_S = 10.0
+# Slow-client limits (`reference_engine.server.http_guard`). Request headers: HAProxy's advised
+# `timeout http-request`. A body (at most 8 MiB, usually a few KiB) must arrive within 30 s of
+# its headers, a total rather than a per-read limit, so a trickle cannot hold a connection.
+# Idle keep-alive: longer than the 60 s idle timeout of common load balancers, so the server
+# never closes a connection a proxy is about to reuse. Connections: above the 1,500 concurrent
+# streams one simulated server is benchmarked at.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 30.0
+DEFAULT_KEEP_ALIVE_TIMEOUT_S = 75.0
+DEFAULT_MAX_CONNECTIONS = 4096
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -45,8 +55,52 @@ class ServeOptions:
         "on SIGTERM, how long in-flight requests may run before they are aborted (default: %(default)s)",
         metavar="SECONDS",
     )
+    header_timeout: float = arg_field(
+        DEFAULT_HEADER_TIMEOUT_S,
+        "close a connection whose request headers are not complete this long after it opened or "
+        "its previous request ended, with a 408 (default: %(default)s)",
+        metavar="SECONDS",
+    )
+    body_timeout: float = arg_field(
+        DEFAULT_BODY_TIMEOUT_S,
+        "answer 408 and close when a request body is not complete this long after its headers "
+        "(default: %(default)s)",
+        metavar="SECONDS",
+    )
+    keep_alive_timeout: float = arg_field(
+        DEFAULT_KEEP_ALIVE_TIMEOUT_S,
+        "close an idle keep-alive connection after this long; keep it above your load balancer's idle "
+        "timeout (default: %(default)s)",
+        metavar="SECONDS",
+    )
+    max_connections: int = arg_field(
+        DEFAULT_MAX_CONNECTIONS,
+        "open connections at most; one more is answered 503 and closed (default: %(default)s)",
+    )
     access_log: bool = arg_field(False, "log one line per HTTP request")
     log_level: LogLevel = arg_field("info", "(default: %(default)s)")
+
+    def http_limits(self) -> HttpLimits:
+        return HttpLimits(
+            self.header_timeout, self.body_timeout, self.keep_alive_timeout, self.max_connections
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """What `reference_engine.server.http_guard` enforces on each connection; every value is
+    positive (seconds, or a count)."""
+
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    keep_alive_timeout_s: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_timeout_s", "max_connections"):
+            if not getattr(self, name) > 0:
+                flag = "--" + name.removesuffix("_s").replace("_", "-")
+                raise ValueError(f"{flag} must be positive, got {getattr(self, name)!r}")
 
 
 def read_api_key(options: ServeOptions) -> str | None:

@@ -9,24 +9,30 @@ never collide.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Coroutine
 from typing import Any
 
 from aiohttp import web
 
+from reference_engine.server.http_guard import GuardedAppRunner, HttpLimits
+from reference_engine.server.log_limit import RateLimitedLog
 from reference_engine.server.state import STATE, ServerState
 
 
 class BackgroundServer:
     """`with BackgroundServer(app) as server: ... server.url ...`; stops the engine on exit."""
 
-    def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, app: web.Application, host: str = "127.0.0.1", port: int = 0, limits: HttpLimits | None = None
+    ):
         self.app = app
         self.host = host
         self.port = port
+        self.limits = limits or HttpLimits()
         self.loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
+        self._runner: GuardedAppRunner | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="kvscope-server", daemon=True)
@@ -53,7 +59,10 @@ class BackgroundServer:
         self.loop.close()
 
     async def _start(self) -> None:
-        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        log = RateLimitedLog(logging.getLogger("kvscope.server"))
+        self._runner = GuardedAppRunner(
+            self.app, self.limits, log, handler_cancellation=True, access_log=None
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()

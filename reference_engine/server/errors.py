@@ -90,3 +90,30 @@ def from_http_exception(exc: web.HTTPException) -> APIError:
     codes = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
     kind = "invalid_request_error" if exc.status < 500 else "server_error"
     return APIError(exc.status, exc.reason or "HTTP error", kind, None, codes.get(exc.status))
+
+
+def request_timeout(what: str, seconds: float) -> APIError:
+    return APIError(
+        408,
+        f"The request {what} did not arrive within {seconds:g} s; the connection is closed.",
+        "invalid_request_error",
+        None,
+        "request_timeout",
+    )
+
+
+def too_many_connections(limit: int) -> APIError:
+    return APIError(
+        503,
+        f"The server has {limit} open connections, its limit; retry later.",
+        "service_unavailable",
+        None,
+        "too_many_connections",
+    )
+
+
+def malformed_http(status: int, message: str) -> APIError:
+    """A request aiohttp's parser refused before any route saw it (bad request line, headers,
+    framing). Status 400, or 431 for a request line or headers over the size limits."""
+    code = "request_header_fields_too_large" if status == 431 else "malformed_http_request"
+    return APIError(status, message, "invalid_request_error", None, code)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 import sys
 
@@ -23,7 +24,7 @@ from reference_engine.engine_args import (
     serve_options_from_args,
     simulator_config_from_args,
 )
-from reference_engine.serve_options import read_api_key
+from reference_engine.serve_options import HttpLimits, read_api_key
 
 log = logging.getLogger("kvscope.server")
 
@@ -54,6 +55,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     try:
         api_key = read_api_key(options)
+        limits = options.http_limits()
         config = engine_config_from_args(args)
         spec = simulator_config_from_args(args)
         if spec is not None:
@@ -89,20 +91,51 @@ def run_serve(args: argparse.Namespace) -> int:
         built.max_model_len,
         ", API key required" if api_key else "",
     )
-    return asyncio.run(serve(app, options.host, options.port, options.shutdown_grace, options.access_log))
+    warn_if_few_file_descriptors(limits.max_connections)
+    return asyncio.run(
+        serve(app, options.host, options.port, options.shutdown_grace, options.access_log, limits)
+    )
 
 
-async def serve(app, host: str, port: int, grace_s: float, access_log: bool = False) -> int:
+def warn_if_few_file_descriptors(max_connections: int) -> None:
+    """Connections past the process's file-descriptor limit fail at accept() instead of being
+    answered 503, so say so at start-up."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < max_connections + 64:
+        log.warning(
+            "--max-connections %d is above what the open-file limit (%d) allows; raise it "
+            "(ulimit -n) or lower --max-connections",
+            max_connections,
+            soft,
+        )
+
+
+async def serve(
+    app,
+    host: str,
+    port: int,
+    grace_s: float,
+    access_log: bool = False,
+    limits: HttpLimits | None = None,
+) -> int:
     """Run until SIGTERM/SIGINT, then drain (see the module doc). Returns the exit code."""
     from aiohttp import web
 
     from reference_engine.server.app import drain
+    from reference_engine.server.http_guard import GuardedAppRunner
+    from reference_engine.server.log_limit import RateLimitedLog
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=log if access_log else None)
+    runner = GuardedAppRunner(
+        app,
+        limits or HttpLimits(),
+        RateLimitedLog(log),
+        handler_cancellation=True,
+        access_log=log if access_log else None,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
