@@ -2,6 +2,9 @@
 
 The scrape loop runs as a background task of the app (started on startup, cancelled on
 cleanup), so the HTTP side and the loop share one event loop and one Exporter object.
+Whatever grows with what targets send is done off the loop on the exporter's worker
+threads: rendering /metrics (from a snapshot, shared by concurrent requests and reused
+until the next scrape) and serialising /api/v1/samples. /healthz never waits for either.
 """
 
 from __future__ import annotations
@@ -15,15 +18,15 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
-from exporter.collector import make_registry
+from exporter.collector import render, snapshot
 from exporter.runner import Exporter, TargetState
 from exporter.series import Point
 
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
-REGISTRY_KEY = web.AppKey("registry", object)
 TASK_KEY = web.AppKey("loop_task", asyncio.Task)
 STOP_KEY = web.AppKey("stop", asyncio.Event)
-RENDERED_KEY = web.AppKey("rendered", dict)  # {(content type, exporter ingests): body}
+# {(content type, exporter ingests): the rendering's future}: one render per new state
+RENDERED_KEY = web.AppKey("rendered", dict)
 
 
 def _clean(x: Any) -> Any:
@@ -37,18 +40,22 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def _dumps(data: Any) -> str:
+    return json.dumps(_clean(data), allow_nan=False)
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        text=json.dumps(_clean(data), allow_nan=False), status=status, content_type="application/json"
-    )
+    return web.Response(text=_dumps(data), status=status, content_type="application/json")
 
 
 def target_view(st: TargetState) -> dict[str, Any]:
     latest = st.series.latest()
     return {
         "name": st.target.name,
-        "url": st.target.url,
+        "url": st.target.url,  # never holds credentials (scrape.parse_target)
+        "auth": st.target.credentials.describe() if st.target.credentials else None,
         "up": st.up,
+        "over_limit": st.over_limit,
         "scrapes": st.scrapes,
         "last_scrape": latest.t if latest else None,
         "last_duration_seconds": st.last_duration,
@@ -73,15 +80,18 @@ def point_view(p: Point) -> dict[str, Any]:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Rendering ~1,000 lines costs milliseconds; it is redone only after the next ingest."""
+    """Rendered on a worker thread from a snapshot taken here; concurrent requests for the
+    same state share the rendering, which is redone only after the next ingest."""
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    exporter = request.app[EXPORTER_KEY]
     cache = request.app[RENDERED_KEY]
-    key = (content_type, request.app[EXPORTER_KEY].ingests)
-    body = cache.get(key)
-    if body is None:
-        body = encoder(request.app[REGISTRY_KEY])  # type: ignore[arg-type]
+    key = (content_type, exporter.ingests)
+    rendering = cache.get(key)
+    if rendering is None:
+        rendering = asyncio.ensure_future(exporter.in_worker(render, snapshot(exporter), encoder))
         cache.clear()
-        cache[key] = body
+        cache[key] = rendering
+    body = await asyncio.shield(rendering)  # a client that leaves does not cancel it for the others
     resp = web.Response(body=body)
     resp.headers["Content-Type"] = content_type
     return resp
@@ -106,15 +116,17 @@ async def samples(request: web.Request) -> web.Response:
                 {"error": f"unknown target {name!r}", "targets": [s.target.name for s in states]}, 404
             )
         states = [st]
-    return _json(
+    picked = [(st.target.name, st.dialect, st.series.since(since)) for st in states]
+    text = await exporter.in_worker(_samples_json, picked)
+    return web.Response(text=text, content_type="application/json")
+
+
+def _samples_json(picked: list[tuple[str, str | None, list[Point]]]) -> str:
+    return _dumps(
         {
             "targets": [
-                {
-                    "target": st.target.name,
-                    "dialect": st.dialect,
-                    "samples": [point_view(p) for p in st.series.since(since)],
-                }
-                for st in states
+                {"target": name, "dialect": dialect, "samples": [point_view(p) for p in points]}
+                for name, dialect, points in picked
             ]
         }
     )
@@ -146,7 +158,6 @@ def make_app(exporter: Exporter, run_loop: bool = True) -> web.Application:
     """The exporter's web app. `run_loop=False` leaves scraping to the caller (tests)."""
     app = web.Application()
     app[EXPORTER_KEY] = exporter
-    app[REGISTRY_KEY] = make_registry(exporter)
     app[RENDERED_KEY] = {}
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/v1/targets", targets)

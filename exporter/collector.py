@@ -1,6 +1,8 @@
 """Canonical `kvscope_*` families for prometheus_client (a custom Collector).
 
-Reads the Exporter's state at collection time; owns nothing. Per-instance series carry
+Reads a `snapshot` of the Exporter's state; owns nothing. The snapshot is taken on the event
+loop (it copies references, O(targets + instances)) and can then be rendered on a worker
+thread while the loop goes on changing the state. Per-instance series carry
 `target`, `model` and `instance` labels and are emitted only while the target is up and
 only for quantities the engine reports (None is omitted, never exported as 0). Counters
 mirror the engine's cumulative values, so they drop when the engine restarts; PromQL's
@@ -10,15 +12,17 @@ mirror the engine's cumulative values, so they drop when the engine restarts; Pr
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from exporter.derived import Derived
 from exporter.diagnosis import ACTIONS
-from exporter.dialects.sample import HistogramSample
-from exporter.quantities import ALL, Kind
+from exporter.dialects.sample import EngineSample, HistogramSample
+from exporter.quantities import ALL, Key, Kind
 from exporter.runner import Exporter
 
 INSTANCE_LABELS = ["target", "model", "instance"]
@@ -33,16 +37,58 @@ def _buckets(h: HistogramSample) -> list[tuple[str, float]]:
     return [(floatToGoString(b), c) for b, c in zip(h.bounds, h.counts)]
 
 
-class KvscopeCollector(Collector):
-    """Collector over one Exporter; register it in the app's own CollectorRegistry."""
+@dataclass(frozen=True, slots=True)
+class TargetView:
+    """What /metrics shows of one target at one moment. `instances` pairs each sample with
+    the histograms it had then (the ring buffer drops them from older points)."""
 
-    def __init__(self, exporter: Exporter) -> None:
-        self.exporter = exporter
+    name: str
+    up: bool
+    last_duration: float | None
+    errors: tuple[tuple[str, int], ...]
+    over_limit: bool
+    instances: tuple[tuple[Key, EngineSample, dict[str, HistogramSample]], ...]
+    derived: dict[Key, Derived]
+
+
+def snapshot(exporter: Exporter) -> list[TargetView]:
+    views = []
+    for st in exporter.states:
+        latest = st.series.latest()
+        instances = (
+            ()
+            if not st.up or latest is None
+            else tuple((k, s, s.histograms) for k, s in latest.instances.items())
+        )
+        views.append(
+            TargetView(
+                st.target.name,
+                st.up,
+                st.last_duration,
+                tuple(sorted(st.errors.items())),
+                st.over_limit is not None,
+                instances,
+                st.derived,
+            )
+        )
+    return views
+
+
+class KvscopeCollector(Collector):
+    """Collector over target views (`snapshot`); register it in a private CollectorRegistry."""
+
+    def __init__(self, views: Callable[[], list[TargetView]]) -> None:
+        self.views = views
 
     def collect(self) -> Iterator[Metric]:
-        states = self.exporter.states
+        views = self.views()
         up = GaugeMetricFamily(
             "kvscope_target_up", "1 if the last scrape of the target succeeded.", labels=["target"]
+        )
+        over = GaugeMetricFamily(
+            "kvscope_target_over_limit",
+            "1 if the target's last scrape went past --max-body, --sample-limit or --instance-limit.",
+            labels=["target"],
         )
         dur = GaugeMetricFamily(
             "kvscope_scrape_duration_seconds", "Duration of the last scrape of the target.", labels=["target"]
@@ -50,13 +96,15 @@ class KvscopeCollector(Collector):
         errs = CounterMetricFamily(
             "kvscope_scrape_errors", "Scrapes that hit a problem, by reason.", labels=["target", "reason"]
         )
-        for st in states:
-            up.add_metric([st.target.name], 1.0 if st.up else 0.0)
-            if st.last_duration is not None:
-                dur.add_metric([st.target.name], st.last_duration)
-            for reason, n in sorted(st.errors.items()):
-                errs.add_metric([st.target.name, reason], n)
+        for v in views:
+            up.add_metric([v.name], 1.0 if v.up else 0.0)
+            over.add_metric([v.name], 1.0 if v.over_limit else 0.0)
+            if v.last_duration is not None:
+                dur.add_metric([v.name], v.last_duration)
+            for reason, n in v.errors:
+                errs.add_metric([v.name, reason], n)
         yield up
+        yield over
         yield dur
         yield errs
 
@@ -78,12 +126,9 @@ class KvscopeCollector(Collector):
             "1 when the live rules currently advise the action.",
             labels=INSTANCE_LABELS + ["action"],
         )
-        for st in states:
-            latest = st.series.latest()
-            if not st.up or latest is None:
-                continue
-            for key, s in latest.instances.items():
-                lv = [st.target.name, s.model, s.instance]
+        for view in views:
+            for key, s, histograms in view.instances:
+                lv = [view.name, s.model, s.instance]
                 for q, fam in gauges.items():
                     v = getattr(s, q)
                     if v is not None and math.isfinite(v):
@@ -93,12 +138,12 @@ class KvscopeCollector(Collector):
                     if v is not None and math.isfinite(v):
                         fam.add_metric(lv, v)
                 for q, fam in hists.items():
-                    h = s.histograms.get(q)
+                    h = histograms.get(q)
                     if h is not None:
                         fam.add_metric(
                             lv, _buckets(h), h.sum if h.sum is not None and math.isfinite(h.sum) else None
                         )
-                d = st.derived.get(key)
+                d = view.derived.get(key)
                 if d is None:
                     continue
                 if d.hit_ratio is not None:
@@ -115,8 +160,18 @@ class KvscopeCollector(Collector):
         yield advice
 
 
-def make_registry(exporter: Exporter) -> CollectorRegistry:
+def registry_of(views: Callable[[], list[TargetView]]) -> CollectorRegistry:
     """A private registry holding only the kvscope collector (never the global REGISTRY)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(KvscopeCollector(exporter))
+    registry.register(KvscopeCollector(views))
     return registry
+
+
+def make_registry(exporter: Exporter) -> CollectorRegistry:
+    """A registry that reads `exporter` live at each collection (on the caller's thread)."""
+    return registry_of(lambda: snapshot(exporter))
+
+
+def render(views: list[TargetView], encoder: Callable[[CollectorRegistry], bytes]) -> bytes:
+    """`encoder`'s exposition of fixed views: safe on a worker thread."""
+    return encoder(registry_of(lambda: views))

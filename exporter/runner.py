@@ -1,9 +1,14 @@
 """The scrape loop: targets, their state, and what happens after each scrape.
 
-One `Exporter` owns every target's state (no module-level state). Each tick scrapes all
-targets concurrently; each scrape is bounded by its own timeout, so one slow target cannot
-delay the others beyond it. Parse/normalise failures are contained per target: the loop
-never dies because of what a target sent.
+One `Exporter` owns every target's state (no module-level state). Each target has its own
+fixed-rate loop, so a slow or hostile target only delays itself. What is heavy (parsing and
+normalising a body, the windowed values, `--record` lines) runs on a small pool of worker
+threads; the event loop only fetches and swaps state, so /healthz and /metrics answer
+whatever a target sends. Parse/normalise failures are contained per target: the loop never
+dies because of what a target sent.
+
+Threads: target state is changed on the event loop only. A worker gets an immutable input
+(the body text, a copy of the ring buffer's point list) and returns a new value.
 """
 
 from __future__ import annotations
@@ -12,20 +17,33 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
-from exporter.defaults import DEFAULT_INTERVAL_S, DEFAULT_MAX_BYTES, DEFAULT_WINDOW_S, HISTORY_POINTS
-from exporter.diagnosis import Diagnosis, Thresholds, diagnose
-from exporter.dialects import normalise
-from exporter.parse import parse_exposition
+from exporter.analysis import Analysis, Limits, analyse
+from exporter.defaults import (
+    DEFAULT_INSTANCE_LIMIT,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_SAMPLE_LIMIT,
+    DEFAULT_WINDOW_S,
+    HISTORY_POINTS,
+)
+from exporter.derived import Derived, derive
+from exporter.diagnosis import Thresholds
 from exporter.quantities import Key
 from exporter.record import Recorder
-from exporter.scrape import REASONS, ScrapeResult, Target, make_session, scrape
-from exporter.series import Point, TargetSeries, hit_ratio, preemption_rate
+from exporter.redirects import RedirectPolicy
+from exporter.scrape import REASONS, ScrapeResult, Target, make_session, scrape, tls_context
+from exporter.series import Point, TargetSeries
+
+T = TypeVar("T")
+MAX_WORKERS = 4  # parsing is GIL-bound: more threads add memory, not speed
 
 log = logging.getLogger("kvscope.exporter")
 
@@ -40,25 +58,18 @@ class Options:
     history: int = HISTORY_POINTS
     record_dir: Path | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
+    sample_limit: int = DEFAULT_SAMPLE_LIMIT
+    instance_limit: int = DEFAULT_INSTANCE_LIMIT
+    redirects: RedirectPolicy = "same-origin"
+    ca_file: str | None = None  # PEM CAs to verify https targets with (default: the system's)
 
     @property
     def scrape_timeout(self) -> float:
         return self.timeout if self.timeout is not None else max(0.2, 0.9 * self.interval)
 
-
-@dataclass(slots=True)
-class Derived:
-    hit_ratio: float | None
-    preemption_rate: float | None
-    diagnosis: Diagnosis
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "prefix_cache_hit_ratio": self.hit_ratio,
-            "preemptions_per_second": self.preemption_rate,
-            "advice": {a: v for a, v in self.diagnosis.advice.items()},
-            "advice_reasons": dict(self.diagnosis.reasons),
-        }
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.sample_limit, self.instance_limit)
 
 
 @dataclass(slots=True)
@@ -75,6 +86,7 @@ class TargetState:
     notes: list[str] = field(default_factory=list)
     parse_stats: dict[str, int] = field(default_factory=dict)
     derived: dict[Key, Derived] = field(default_factory=dict)
+    over_limit: str | None = None  # the limit the last analysed scrape went past, if any
 
     def count(self, reason: str) -> None:
         self.errors[reason] = self.errors.get(reason, 0) + 1
@@ -83,11 +95,13 @@ class TargetState:
 class Exporter:
     def __init__(self, targets: list[Target], options: Options | None = None) -> None:
         self.options = options or Options()
+        self.options.limits  # noqa: B018 - validates the limits now, not at the first scrape
         names = [t.name for t in targets]
         if len(set(names)) != len(names):
             raise ValueError(f"target names must be unique: {names}")
         self.states = [TargetState(t, TargetSeries(self.options.history)) for t in targets]
         self.recorder = Recorder(self.options.record_dir) if self.options.record_dir else None
+        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def ingests(self) -> int:
@@ -98,93 +112,115 @@ class Exporter:
     def state(self, name: str) -> TargetState | None:
         return next((s for s in self.states if s.target.name == name), None)
 
+    async def in_worker(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)` on the exporter's worker threads."""
+        if self._pool is None:
+            workers = max(1, min(MAX_WORKERS, len(self.states)))
+            self._pool = ThreadPoolExecutor(workers, thread_name_prefix="kvscope-exporter")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
     def ingest(self, state: TargetState, result: ScrapeResult, t: float) -> Point:
-        """Turn one scrape result into a Point, update counters and derived values."""
+        """Take in one scrape result, all on the calling thread (tests, one-off use)."""
+        analysis = None if result.text is None else self._analyse(state.target.name, result.text)
+        point = self._apply(state, result, analysis, t)
+        state.derived = self._derive_and_record(state.target.name, list(state.series.points), state.dialect)
+        return point
+
+    async def scrape_target(self, session: aiohttp.ClientSession, state: TargetState) -> Point:
+        t = time.time()
+        opts = self.options
+        result = await scrape(session, state.target, opts.scrape_timeout, opts.max_bytes, opts.redirects)
+        text, result.text = result.text, None  # the worker gets the only reference
+        analysis = None if text is None else await self.in_worker(self._analyse, state.target.name, text)
+        del text
+        point = self._apply(state, result, analysis, t)
+        points = list(state.series.points)
+        state.derived = await self.in_worker(
+            self._derive_and_record, state.target.name, points, state.dialect
+        )
+        return point
+
+    def _analyse(self, name: str, text: str) -> Analysis:
+        try:
+            return analyse(text, self.options.dialect, self.options.limits)
+        except Exception as e:  # noqa: BLE001 - contained: counted, the loop goes on
+            log.exception("target %s: processing failed", name)
+            return Analysis("internal", f"internal error: {type(e).__name__}: {e}")
+
+    def _apply(self, state: TargetState, result: ScrapeResult, analysis: Analysis | None, t: float) -> Point:
+        """Update the state with one scrape's outcome (on the event loop); the new Point."""
         state.scrapes += 1
         state.last_duration = result.duration
-        point = Point(t, False, reason=result.reason)
-        if result.text is not None:
-            try:
-                point = self._process(state, result.text, t)
-            except Exception as e:  # noqa: BLE001 - contained: counted, the loop goes on
-                log.exception("target %s: processing failed", state.target.name)
-                point = Point(t, False, reason="internal")
-                state.last_detail = f"internal error: {type(e).__name__}: {e}"
-        else:
+        if analysis is None:
+            point = Point(t, False, reason=result.reason)
             state.last_detail = result.detail
+            if result.reason == "too_large":
+                state.over_limit = "body"
+        else:
+            point = Point(t, analysis.reason is None, analysis.instances, analysis.reason)
+            state.last_detail = analysis.detail
+            state.parse_stats = analysis.parse_stats
+            state.over_limit = analysis.over_limit
+            for reason in analysis.partial:
+                state.count(reason)
+            if point.up:
+                state.dialect, state.variant, state.notes = analysis.dialect, analysis.variant, analysis.notes
         if point.reason and not point.up:
             state.count(point.reason)
         state.up = point.up
         state.series.append(point)
-        state.derived = self._derive(state) if point.up else {}
-        if self.recorder is not None:
-            derived = {
-                k: {"prefix_cache_hit_ratio": d.hit_ratio, "preemptions_per_second": d.preemption_rate}
-                for k, d in state.derived.items()
-            }
-            self.recorder.write(state.target.name, point, state.dialect, derived)
         return point
 
-    def _process(self, state: TargetState, text: str, t: float) -> Point:
-        exp = parse_exposition(text)
-        state.parse_stats = {
-            "samples": exp.sample_count,
-            "malformed_lines": exp.malformed,
-            "duplicate_series": exp.duplicates,
-            "non_finite": exp.non_finite,
-        }
-        if exp.sample_count == 0 and exp.malformed > 0:
-            state.last_detail = f"no valid sample; first bad line: {exp.first_error!r}"
-            return Point(t, False, reason="not_metrics")
-        for reason in ("malformed_lines", "duplicate_series", "non_finite"):
-            if state.parse_stats[reason]:
-                state.count(reason)
-        norm = normalise(exp, self.options.dialect)
-        if norm.dialect == "unknown":
-            state.count("unknown_dialect")
-        state.dialect, state.variant, state.notes = norm.dialect, norm.variant, norm.notes
-        state.last_detail = f"first bad line: {exp.first_error!r}" if exp.first_error else ""
-        return Point(t, True, {s.key: s for s in norm.instances})
-
-    def _derive(self, state: TargetState) -> dict[Key, Derived]:
-        latest = state.series.latest()
-        out: dict[Key, Derived] = {}
-        if latest is None:
-            return out
-        for key in latest.instances:
-            window = state.series.window(key, self.options.window)
-            out[key] = Derived(
-                hit_ratio(window), preemption_rate(window), diagnose(window, self.options.thresholds)
-            )
-        return out
-
-    async def scrape_target(self, session: aiohttp.ClientSession, state: TargetState) -> Point:
-        t = time.time()
-        result = await scrape(session, state.target, self.options.scrape_timeout, self.options.max_bytes)
-        return self.ingest(state, result, t)
+    def _derive_and_record(self, name: str, points: list[Point], dialect: str | None) -> dict[Key, Derived]:
+        try:
+            derived = derive(points, self.options.window, self.options.thresholds)
+        except Exception:  # noqa: BLE001 - contained: no advice this scrape, the loop goes on
+            log.exception("target %s: windowed values failed", name)
+            derived = {}
+        if self.recorder is not None and points:
+            windowed = {
+                k: {"prefix_cache_hit_ratio": d.hit_ratio, "preemptions_per_second": d.preemption_rate}
+                for k, d in derived.items()
+            }
+            self.recorder.write(name, points[-1], dialect, windowed)
+        return derived
 
     async def scrape_all(self, session: aiohttp.ClientSession) -> list[Point]:
+        """Scrape every target once, concurrently."""
         return list(await asyncio.gather(*(self.scrape_target(session, s) for s in self.states)))
 
+    def session(self) -> aiohttp.ClientSession:
+        """A scraping session with these options' timeout and TLS trust."""
+        return make_session(self.options.scrape_timeout, tls_context(self.options.ca_file))
+
     async def run(self, stop: asyncio.Event) -> None:
-        """Scrape every `interval` (fixed rate; a late tick is skipped, not queued) until `stop`."""
+        """Scrape each target every `interval`, on its own schedule, until `stop`."""
+        async with self.session() as session:
+            await asyncio.gather(*(self._run_target(session, st, stop) for st in self.states))
+
+    async def _run_target(
+        self, session: aiohttp.ClientSession, state: TargetState, stop: asyncio.Event
+    ) -> None:
+        """Fixed rate; a late tick is skipped, not queued."""
         interval = self.options.interval
-        async with make_session(self.options.scrape_timeout) as session:
-            next_tick = time.monotonic()
-            while not stop.is_set():
-                try:
-                    await self.scrape_all(session)
-                except Exception:  # noqa: BLE001 - defensive: scrape() itself never raises
-                    log.exception("scrape tick failed")
-                now = time.monotonic()
-                next_tick += interval
-                if next_tick < now:
-                    next_tick = now + interval - math.fmod(now - next_tick, interval)
-                try:
-                    await asyncio.wait_for(stop.wait(), max(0.0, next_tick - now))
-                except asyncio.TimeoutError:
-                    pass
+        next_tick = time.monotonic()
+        while not stop.is_set():
+            try:
+                await self.scrape_target(session, state)
+            except Exception:  # noqa: BLE001 - defensive: scrape() itself never raises
+                log.exception("target %s: scrape failed", state.target.name)
+            now = time.monotonic()
+            next_tick += interval
+            if next_tick < now:
+                next_tick = now + interval - math.fmod(now - next_tick, interval)
+            try:
+                await asyncio.wait_for(stop.wait(), max(0.0, next_tick - now))
+            except asyncio.TimeoutError:
+                pass
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)  # a worker may still be writing a record line
+            self._pool = None
         if self.recorder is not None:
             self.recorder.close()

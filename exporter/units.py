@@ -10,6 +10,7 @@ argparse `type=` adapter that turns the ValueError into argparse's own error (fo
   or without b or ib) are powers of 1024.
 - HOST:PORT: `127.0.0.1:9400`, `gpu-box:8000`, `[::1]:80`, `:9400` (the default host); an
   IPv6 address needs its brackets.
+- Counts: a positive integer, digits with optional `_` or `,` separators (`50_000`).
 
 Stdlib only, like the rest of the exporter's command line.
 """
@@ -58,6 +59,14 @@ def parse_host_port(text: str, default_host: str = "127.0.0.1") -> tuple[str, in
     return host or default_host, int(port)
 
 
+def parse_count(text: str) -> int:
+    """'50_000' -> 50000, '1,000' -> 1000; at least 1."""
+    digits = text.strip().replace("_", "").replace(",", "")
+    if not digits.isdigit() or int(digits) < 1:
+        raise ValueError(f"want a positive whole number, got {text!r}")
+    return int(digits)
+
+
 def _argparse_type(parse: Callable[[str], T], name: str) -> Callable[[str], T]:
     def adapter(text: str) -> T:
         try:
@@ -81,3 +90,4 @@ def _positive_duration(text: str) -> float:
 duration = _argparse_type(_positive_duration, "duration")
 size = _argparse_type(parse_size, "size")
 host_port = _argparse_type(parse_host_port, "host_port")
+count = _argparse_type(parse_count, "count")
