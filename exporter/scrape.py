@@ -1,26 +1,35 @@
-"""Fetch one target's exposition: per-target timeout, body-size cap, gzip, failure reasons.
+"""Fetch one target's exposition: per-target timeout, body-size cap, gzip, credentials,
+redirects, TLS, failure reasons.
 
 Invariants:
 - `scrape()` never raises (except CancelledError): every failure becomes a ScrapeResult
   with a `reason` from REASONS, so the loop always goes on.
-- The size cap holds for the *decompressed* body as well as the bytes on the wire: the
-  session runs with `auto_decompress=False` and gzip/deflate is inflated here in bounded
-  steps, so a gzip bomb costs at most `max_bytes` of memory.
-- Only http and https targets exist: `parse_target` rejects anything else.
+- The size cap holds for the *decompressed* body as well as the bytes on the wire, while it
+  is read (`inflate.CappedBody`; the session runs with `auto_decompress=False`), so a gzip
+  bomb costs at most `max_bytes` of memory. Expected failures are returned, not raised:
+  no refused buffer lives on in an exception's traceback.
+- Only http and https targets exist: `parse_target` rejects anything else. Userinfo in a
+  URL becomes the target's basic-auth credentials and never stays in `Target.url`, which is
+  therefore safe to show; every other URL shown goes through `credentials.redact_url`.
+- TLS certificates are verified (system CAs, or `--ca-file`); redirects follow
+  `redirects.py`'s policy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 import urllib.parse
-import zlib
 from dataclasses import dataclass
 
 import aiohttp
 
+from exporter.credentials import CredentialError, Credentials, redact_url, split_userinfo
 from exporter.defaults import DEFAULT_MAX_BYTES
+from exporter.inflate import BodyError, CappedBody
+from exporter.redirects import MAX_REDIRECTS, REDIRECT_STATUSES, RedirectPolicy, origin, refusal, resolve
 
 # Reasons that mark a target down (nothing usable was fetched).
 DOWN_REASONS: tuple[str, ...] = (
@@ -28,15 +37,28 @@ DOWN_REASONS: tuple[str, ...] = (
     "dns",
     "timeout",
     "connection",
+    "tls",
+    "credentials",
     "http_status",
+    "redirect",
     "not_metrics",
     "too_large",
     "decode",
     "empty",
+    "sample_limit",
+    "instance_limit",
     "internal",
 )
 # Reasons counted while the target stays up (the rest of the exposition was used).
-PARTIAL_REASONS: tuple[str, ...] = ("malformed_lines", "duplicate_series", "non_finite", "unknown_dialect")
+PARTIAL_REASONS: tuple[str, ...] = (
+    "malformed_lines",
+    "duplicate_series",
+    "non_finite",
+    "impossible_values",
+    "unknown_dialect",
+)
+# Reasons that mean the target is over one of its limits (TargetState.over_limit).
+LIMIT_REASONS: tuple[str, ...] = ("too_large", "sample_limit", "instance_limit")
 REASONS: tuple[str, ...] = DOWN_REASONS + PARTIAL_REASONS
 
 # Text 0.0.4 only: prometheus_client answers OpenMetrics whenever the Accept header names it at
@@ -52,42 +74,49 @@ class TargetError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Target:
+    """`url` never carries userinfo (see the module doc); `credentials` None: no auth."""
+
     name: str
     url: str
+    credentials: Credentials | None = None
 
 
 def parse_target(spec: str) -> Target:
-    """`[NAME=]URL` -> Target. A URL without a path gets `/metrics`.
+    """`[NAME=]URL` -> Target. A URL without a path gets `/metrics`; `user:password@` in
+    it becomes basic-auth credentials.
 
-    Raises TargetError for any scheme other than http/https and for URLs without a host.
+    Raises TargetError for any scheme other than http/https and for URLs without a host;
+    the message never shows a password.
     """
     name, url = None, spec.strip()
     head, sep, tail = url.partition("=")
     if sep and "://" not in head and "/" not in head:
         name, url = head.strip(), tail.strip()
+    shown = redact_url(spec)
     if "://" not in url:
         raise TargetError(
-            f"target {spec!r}: only http and https targets are accepted; give a full URL "
-            f"such as http://{url or 'HOST:PORT'}"
+            f"target {shown!r}: only http and https targets are accepted; give a full URL "
+            f"such as http://{redact_url(url) or 'HOST:PORT'}"
         )
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in ("http", "https"):
         raise TargetError(
-            f"target {spec!r}: only http and https targets are accepted (got {parts.scheme}://)"
+            f"target {shown!r}: only http and https targets are accepted (got {parts.scheme}://)"
         )
     try:
         host, _ = parts.hostname, parts.port  # .port raises on a bad port
     except ValueError as e:
-        raise TargetError(f"target {spec!r}: {e}") from None
+        raise TargetError(f"target {shown!r}: {e}") from None
     if not host:
-        raise TargetError(f"target {spec!r}: the URL has no host")
+        raise TargetError(f"target {shown!r}: the URL has no host")
     if parts.path in ("", "/"):
         url = urllib.parse.urlunsplit(parts._replace(path="/metrics"))
     if name is None:  # host:port, never the user:password@ part of a URL
         name = f"{host}:{parts.port}" if parts.port else host
     if not name or any(c.isspace() for c in name):
-        raise TargetError(f"target {spec!r}: the name must be non-empty and without spaces")
-    return Target(name, url)
+        raise TargetError(f"target {shown!r}: the name must be non-empty and without spaces")
+    url, credentials = split_userinfo(url)
+    return Target(name, url, credentials)
 
 
 @dataclass(slots=True)
@@ -102,71 +131,84 @@ class ScrapeResult:
     nbytes: int = 0
 
 
-class _Fail(Exception):
-    def __init__(self, reason: str, detail: str, status: int | None = None) -> None:
-        super().__init__(detail)
-        self.reason, self.detail, self.status = reason, detail, status
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    reason: str
+    detail: str
+    status: int | None = None
 
 
-def _inflate(raw: bytes, encoding: str, max_bytes: int) -> bytes:
-    if encoding in ("gzip", "x-gzip") or (not encoding and raw[:2] == b"\x1f\x8b"):
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    elif encoding == "deflate":
-        d = zlib.decompressobj(zlib.MAX_WBITS if raw[:1] == b"\x78" else -zlib.MAX_WBITS)
-    elif encoding in ("", "identity"):
-        return raw
-    else:
-        raise _Fail("decode", f"unsupported Content-Encoding {encoding!r}")
-    try:
-        out = d.decompress(raw, max_bytes + 1)
-    except zlib.error as e:
-        raise _Fail("decode", f"corrupt {encoding or 'gzip'} body: {e}") from None
-    if len(out) > max_bytes or d.unconsumed_tail:
-        raise _Fail("too_large", f"decompressed body exceeds {max_bytes} bytes")
-    return out
-
-
-def _check_content(text: str, content_type: str) -> None:
+def _content_failure(text: str, content_type: str) -> _Failure | None:
     head = text.lstrip()[:1]
     ctype = content_type.split(";")[0].strip().lower()
     if ctype == "text/html" or head == "<":
-        raise _Fail("not_metrics", "HTML instead of metrics (wrong path, or a login/proxy page?)")
+        return _Failure("not_metrics", "HTML instead of metrics (wrong path, or a login/proxy page?)", 200)
     if ctype == "application/json" or head in ("{", "["):
-        raise _Fail(
+        return _Failure(
             "not_metrics",
             "JSON instead of metrics (trtllm-serve serves Prometheus text at "
             "/prometheus/metrics; its /metrics is JSON)",
+            200,
         )
     if not text.strip():
-        raise _Fail("empty", "empty body")
+        return _Failure("empty", "empty body", 200)
+    return None
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str, max_bytes: int) -> tuple[str, int, int]:
-    async with session.get(url, headers=HEADERS, allow_redirects=True) as resp:
-        if resp.status != 200:
-            raise _Fail("http_status", f"HTTP {resp.status} {resp.reason or ''}".strip(), resp.status)
-        if resp.content_length is not None and resp.content_length > max_bytes:
-            raise _Fail("too_large", f"Content-Length {resp.content_length} exceeds {max_bytes} bytes", 200)
-        chunks, total = [], 0
-        async for chunk in resp.content.iter_chunked(1 << 16):
-            total += len(chunk)
-            if total > max_bytes:
-                raise _Fail("too_large", f"body exceeds {max_bytes} bytes", 200)
-            chunks.append(chunk)
-        raw = b"".join(chunks)
-        body = _inflate(raw, resp.headers.get("Content-Encoding", "").strip().lower(), max_bytes)
+async def _read(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[str, int] | _Failure:
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        return _Failure("too_large", f"Content-Length {resp.content_length} exceeds {max_bytes} bytes", 200)
+    body = CappedBody(resp.headers.get("Content-Encoding", ""), max_bytes)
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        if isinstance(error := body.feed(chunk), BodyError):
+            return _Failure(error.reason, error.detail, 200)
+    raw = body.finish()
+    if isinstance(raw, BodyError):
+        return _Failure(raw.reason, raw.detail, 200)
+    try:
+        text = raw.decode(resp.charset or "utf-8", errors="replace")
+    except LookupError:  # an unknown charset name: metrics are ASCII/UTF-8 anyway
+        text = raw.decode("utf-8", errors="replace")
+    del raw  # the decoded text is all that is kept
+    failure = _content_failure(text, resp.headers.get("Content-Type", ""))
+    return failure or (text, body.wire_bytes)
+
+
+async def _fetch(
+    session: aiohttp.ClientSession, target: Target, max_bytes: int, redirects: RedirectPolicy
+) -> tuple[str, int, int] | _Failure:
+    headers = dict(HEADERS)
+    if target.credentials is not None:
         try:
-            text = body.decode(resp.charset or "utf-8", errors="replace")
-        except LookupError:  # an unknown charset name: metrics are ASCII/UTF-8 anyway
-            text = body.decode("utf-8", errors="replace")
-        _check_content(text, resp.headers.get("Content-Type", ""))
-        return text, resp.status, total
+            headers["Authorization"] = target.credentials.header()
+        except CredentialError as e:
+            return _Failure("credentials", str(e))
+    url = target.url
+    for _ in range(MAX_REDIRECTS + 1):
+        async with session.get(url, headers=headers, allow_redirects=False) as resp:
+            if resp.status in REDIRECT_STATUSES and "Location" in resp.headers:
+                next_url = resolve(url, resp.headers["Location"])
+                why = refusal(redirects, target.url, next_url)
+                if why is not None:
+                    shown = redact_url(resp.headers["Location"])
+                    return _Failure("redirect", f"HTTP {resp.status} to {shown}: {why}", resp.status)
+                if origin(next_url) != origin(target.url):
+                    headers.pop("Authorization", None)  # credentials never leave the target's origin
+                url = next_url
+                continue
+            if resp.status != 200:
+                return _Failure("http_status", f"HTTP {resp.status} {resp.reason or ''}".strip(), resp.status)
+            got = await _read(resp, max_bytes)
+            return got if isinstance(got, _Failure) else (got[0], resp.status, got[1])
+    return _Failure("redirect", f"more than {MAX_REDIRECTS} redirects")
 
 
 def classify(exc: BaseException) -> tuple[str, str]:
     """Map a client exception to (reason, detail)."""
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
         return "timeout", "timed out (connect, headers or a slow body)"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError | ssl.SSLError):
+        return "tls", f"TLS: {exc}"
     if isinstance(exc, aiohttp.ClientConnectorError):
         os_err = exc.os_error
         if isinstance(os_err, socket.gaierror) or type(exc).__name__ == "ClientConnectorDNSError":
@@ -184,29 +226,41 @@ def classify(exc: BaseException) -> tuple[str, str]:
 
 
 async def scrape(
-    session: aiohttp.ClientSession, target: Target, timeout: float, max_bytes: int = DEFAULT_MAX_BYTES
+    session: aiohttp.ClientSession,
+    target: Target,
+    timeout: float,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    redirects: RedirectPolicy = "same-origin",
 ) -> ScrapeResult:
-    """Fetch `target` once within `timeout` seconds (everything included)."""
+    """Fetch `target` once within `timeout` seconds (everything included, redirects too)."""
     start = time.perf_counter()
     try:
-        text, status, nbytes = await asyncio.wait_for(_fetch(session, target.url, max_bytes), timeout)
-        return ScrapeResult(text, None, "", time.perf_counter() - start, status, nbytes)
+        got = await asyncio.wait_for(_fetch(session, target, max_bytes, redirects), timeout)
     except asyncio.CancelledError:
         raise
-    except _Fail as f:
-        return ScrapeResult(None, f.reason, f.detail, time.perf_counter() - start, f.status)
     except BaseException as e:  # noqa: BLE001 - the loop must survive anything a target does
         if not isinstance(e, Exception):
             raise
         reason, detail = classify(e)
-        return ScrapeResult(None, reason, detail, time.perf_counter() - start)
+        return ScrapeResult(None, reason, redact_url(detail), time.perf_counter() - start)
+    if isinstance(got, _Failure):
+        return ScrapeResult(None, got.reason, got.detail, time.perf_counter() - start, got.status)
+    text, status, nbytes = got
+    return ScrapeResult(text, None, "", time.perf_counter() - start, status, nbytes)
 
 
-def make_session(timeout: float) -> aiohttp.ClientSession:
-    """Client session for scraping: no automatic decompression (see module docstring)."""
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """Certificate-verifying TLS: the system's CAs, or only those in `ca_file` (PEM)."""
+    return ssl.create_default_context(cafile=ca_file)
+
+
+def make_session(timeout: float, tls: ssl.SSLContext | None = None) -> aiohttp.ClientSession:
+    """Client session for scraping: no automatic decompression (see module docstring),
+    certificates verified (`tls`, default: the system's CAs)."""
     return aiohttp.ClientSession(
         auto_decompress=False,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout),
-        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=10),  # one slow target must not queue others
+        # limit=0: one slow target must not queue others
+        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=10, ssl=tls or tls_context(None)),
         trust_env=False,
     )
