@@ -8,34 +8,40 @@ import math
 import sys
 from typing import Any, TextIO
 
+from exporter.credentials import redact_url
 from exporter.defaults import DEFAULT_FETCH_TIMEOUT_S
 from exporter.dialects import normalise
 from exporter.parse import parse_exposition
 from exporter.quantities import FACTS, QUANTITIES
-from exporter.scrape import TargetError, make_session, parse_target, scrape
+from exporter.scrape import TargetError, make_session, parse_target, scrape, tls_context
 
 
 class SourceError(Exception):
     pass
 
 
-async def _fetch(url: str, timeout: float) -> str:
+async def _fetch(url: str, timeout: float, ca_file: str | None) -> str:
     target = parse_target(url)
-    async with make_session(timeout) as session:
+    async with make_session(timeout, tls_context(ca_file)) as session:
         result = await scrape(session, target, timeout)
     if result.text is None:
-        raise SourceError(f"{url}: {result.reason}: {result.detail}")
+        raise SourceError(f"{redact_url(url)}: {result.reason}: {result.detail}")
     return result.text
 
 
-def read_source(source: str, timeout: float = DEFAULT_FETCH_TIMEOUT_S, stdin: TextIO | None = None) -> str:
+def read_source(
+    source: str,
+    timeout: float = DEFAULT_FETCH_TIMEOUT_S,
+    stdin: TextIO | None = None,
+    ca_file: str | None = None,
+) -> str:
     """Text of a file, of stdin ('-'), or of an http(s) URL; SourceError otherwise."""
     if source == "-":
         return (stdin or sys.stdin).read()
     if "://" in source:
         try:
-            return asyncio.run(_fetch(source, timeout))
-        except TargetError as e:
+            return asyncio.run(_fetch(source, timeout, ca_file))
+        except (TargetError, OSError) as e:  # OSError: an unreadable or invalid --ca-file
             raise SourceError(str(e)) from None
     try:
         with open(source, "rb") as f:
@@ -102,11 +108,12 @@ def inspect(
     as_json: bool = False,
     dialect: str = "auto",
     timeout: float = DEFAULT_FETCH_TIMEOUT_S,
+    ca_file: str | None = None,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
     try:
-        text = read_source(source, timeout)
+        text = read_source(source, timeout, ca_file=ca_file)
     except SourceError as e:
         print(f"kvscope exporter inspect: {e}", file=err)
         return 1

@@ -13,6 +13,7 @@ Stdlib only: the harness and the slim sidecar both import it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,10 +28,16 @@ METRIC_PREFIX = "kvscope_"
 
 @dataclass(frozen=True, slots=True)
 class Quantity:
+    """`low`..`high` (inclusive) is every value the quantity can take; anything outside is
+    impossible and dropped by `dialects.sanity` (histograms: counts and sums are never
+    negative, buckets never decrease)."""
+
     name: str
     kind: Kind
     help: str
     combine: Combine = "sum"
+    low: float = 0.0
+    high: float = math.inf
 
     @property
     def metric(self) -> str:
@@ -41,11 +48,15 @@ class Quantity:
 # Scalars in the order `inspect` prints them, then the four latency histograms (engine buckets).
 ALL: tuple[Quantity, ...] = (
     Quantity(
-        "kv_usage_ratio", "gauge", "Fraction 0-1 of the KV cache in use (engine's own measure).", "usage"
+        "kv_usage_ratio",
+        "gauge",
+        "Fraction 0-1 of the KV cache in use (engine's own measure).",
+        "usage",
+        high=1.0,
     ),
-    Quantity("kv_capacity_blocks", "gauge", "KV cache capacity in blocks."),
-    Quantity("kv_block_size_tokens", "gauge", "Tokens per KV cache block.", "common"),
-    Quantity("kv_capacity_tokens", "gauge", "KV cache capacity in tokens."),
+    Quantity("kv_capacity_blocks", "gauge", "KV cache capacity in blocks.", low=1.0),
+    Quantity("kv_block_size_tokens", "gauge", "Tokens per KV cache block.", "common", low=1.0),
+    Quantity("kv_capacity_tokens", "gauge", "KV cache capacity in tokens.", low=1.0),
     Quantity(
         "prefix_cache_queries_tokens",
         "counter",

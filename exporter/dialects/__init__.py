@@ -18,6 +18,7 @@ from exporter.dialects.aggregate import aggregate
 from exporter.dialects.common import FamilyIndex
 from exporter.dialects.detect import DIALECTS, detect
 from exporter.dialects.sample import EngineSample, HistogramSample, Normalised
+from exporter.dialects.sanity import drop_impossible
 from exporter.parse import Exposition
 
 __all__ = ["DIALECTS", "EngineSample", "HistogramSample", "Normalised", "normalise"]
@@ -41,6 +42,8 @@ def normalise(exp: Exposition, dialect: str = "auto") -> Normalised:
     if name not in MODULES:
         return Normalised("unknown", notes=["no known engine metric family found"])
     out = MODULES[name](idx)
+    out.impossible, impossible_notes = drop_impossible(out.instances)
+    out.notes += impossible_notes
     out.aggregates = aggregate(out.instances)
     if out.aggregates:
         out.notes.append(

@@ -105,7 +105,7 @@ class Normalised:
 
     `instances` are per engine instance; `aggregates` hold one entry per model that has two
     or more instances (data parallelism), with instance "all". `notes` say what was
-    approximated, ignored or missing.
+    approximated, ignored or missing. `impossible` counts the values `sanity` dropped.
     """
 
     dialect: str
@@ -113,11 +113,13 @@ class Normalised:
     instances: list[EngineSample] = field(default_factory=list)
     aggregates: list[EngineSample] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    impossible: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "dialect": self.dialect,
             "variant": self.variant,
             "instances": [s.to_dict() for s in self.instances + self.aggregates],
+            "impossible_values": self.impossible,
             "notes": list(self.notes),
         }
