@@ -12,13 +12,16 @@ from pathlib import Path
 
 from exporter.defaults import (
     DEFAULT_FETCH_TIMEOUT_S,
+    DEFAULT_INSTANCE_LIMIT,
     DEFAULT_INTERVAL_S,
     DEFAULT_LISTEN,
     DEFAULT_MAX_BYTES,
+    DEFAULT_SAMPLE_LIMIT,
     DEFAULT_WINDOW_S,
 )
 from exporter.dialects.detect import DIALECTS
-from exporter.units import duration, host_port, size
+from exporter.redirects import POLICIES
+from exporter.units import count, duration, host_port, size
 
 DIALECT_CHOICES = ("auto", *DIALECTS)
 
@@ -26,6 +29,8 @@ RUN_EPILOG = """\
 examples:
   kvscope exporter --target http://127.0.0.1:8000/metrics
   kvscope exporter --target a=http://gpu-a:8000 --target b=http://gpu-b:30000 --record runs/x/exporter
+  kvscope exporter --target a=https://gpu-a/metrics --target-auth a=bearer-file:/run/secrets/a \
+      --ca-file /etc/kvscope/ca.pem
   kvscope exporter inspect saved.prom --json
   curl -s http://127.0.0.1:8000/metrics | kvscope exporter inspect -
 
@@ -33,6 +38,11 @@ endpoints: /metrics (kvscope_* canonical metrics, see exporter/METRICS.md),
 /api/v1/targets, /api/v1/samples?target=NAME&since=UNIX_SECONDS, /healthz.
 Scrape it from Prometheus with honor_labels: true, so the exporter's `instance` label (the
 engine instance) is kept instead of being renamed to exported_instance.
+
+credentials: --target-auth NAME=KIND:WHERE, KIND one of bearer-file, bearer-env, basic-file,
+basic-env; WHERE a file (first line; read at every scrape, so rotation needs no restart) or an
+environment variable. A bearer secret is the token, a basic one user:password. Passwords in a
+target URL work too but are visible in `ps`; they are never shown or logged.
 """
 
 
@@ -99,6 +109,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"(default {DEFAULT_MAX_BYTES >> 20}MiB)",
     )
     p.add_argument(
+        "--sample-limit",
+        type=count,
+        default=DEFAULT_SAMPLE_LIMIT,
+        metavar="N",
+        help="refuse a scrape with more than N samples (or 4 N lines), like Prometheus's sample_limit; "
+        f"the target is down and marked over its limit (default {DEFAULT_SAMPLE_LIMIT})",
+    )
+    p.add_argument(
+        "--instance-limit",
+        type=count,
+        default=DEFAULT_INSTANCE_LIMIT,
+        metavar="N",
+        help=f"refuse a scrape with more than N engine instances (default {DEFAULT_INSTANCE_LIMIT})",
+    )
+    p.add_argument(
+        "--target-auth",
+        action="append",
+        default=[],
+        metavar="NAME=KIND:WHERE",
+        help="credentials for target NAME from a file or the environment (see below); repeatable",
+    )
+    p.add_argument(
+        "--ca-file",
+        default=None,
+        metavar="PEM",
+        help="verify https targets against the CAs in this file instead of the system's "
+        "(certificates are always verified)",
+    )
+    p.add_argument(
+        "--follow-redirects",
+        choices=POLICIES,
+        default="same-origin",
+        help="which redirects a scrape follows: same-origin (same scheme, host and port; default), "
+        "none, or any (credentials are never sent to another origin)",
+    )
+    p.add_argument(
         "--record",
         type=Path,
         default=None,
@@ -126,6 +172,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DURATION",
         help=f"time limit when SOURCE is a URL (default {DEFAULT_FETCH_TIMEOUT_S:g}s)",
     )
+    ip.add_argument("--ca-file", default=None, metavar="PEM", help="CAs to verify an https SOURCE with")
     ip.set_defaults(func=run_inspect)
 
 
@@ -143,6 +190,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         as_json=args.json,
         dialect=args.dialect,
         timeout=args.timeout,
+        ca_file=args.ca_file,
         out=sys.stdout,
         err=sys.stderr,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -12,12 +13,16 @@ import sys
 from aiohttp import web
 
 from exporter.app import make_app
+from exporter.credentials import CredentialError, parse_auth
 from exporter.runner import Exporter, Options
-from exporter.scrape import Target, TargetError, parse_target
+from exporter.scrape import Target, TargetError, parse_target, tls_context
+
+log = logging.getLogger("kvscope.exporter")
 
 
-def build_targets(specs: list[str]) -> list[Target]:
-    """Validate `--target` values; raises TargetError with a message fit for the user."""
+def build_targets(specs: list[str], auth_specs: list[str] | None = None) -> list[Target]:
+    """Validate `--target` and `--target-auth` values; raises TargetError (or CredentialError)
+    with a message fit for the user, never showing a secret."""
     if not specs:
         raise TargetError("give at least one --target URL (e.g. --target http://127.0.0.1:8000/metrics)")
     targets = [parse_target(s) for s in specs]
@@ -25,7 +30,24 @@ def build_targets(specs: list[str]) -> list[Target]:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise TargetError(f"duplicate target names {dupes}: give each one a name (NAME=URL)")
-    return targets
+    by_name = {t.name: t for t in targets}
+    for spec in auth_specs or []:
+        name, creds = parse_auth(spec)
+        target = by_name.get(name)
+        if target is None:
+            raise TargetError(
+                f"--target-auth {name}: no target is named {name!r} (targets: {', '.join(names)})"
+            )
+        if target.credentials is not None:
+            raise TargetError(
+                f"--target-auth {name}: the target has credentials already (in its URL, or twice)"
+            )
+        by_name[name] = dataclasses.replace(target, credentials=creds)
+    return [by_name[n] for n in names]
+
+
+def _describe(t: Target) -> str:
+    return f"{t.name}={t.url}" + (f" ({t.credentials.describe()})" if t.credentials else "")
 
 
 async def _serve(exporter: Exporter, host: str, port: int) -> None:
@@ -33,7 +55,7 @@ async def _serve(exporter: Exporter, host: str, port: int) -> None:
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    names = ", ".join(f"{s.target.name}={s.target.url}" for s in exporter.states)
+    names = ", ".join(_describe(s.target) for s in exporter.states)
     print(f"kvscope exporter on http://{host}:{port}/metrics scraping {names}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -49,10 +71,18 @@ async def _serve(exporter: Exporter, host: str, port: int) -> None:
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        targets = build_targets(args.target)
-    except TargetError as e:
+        targets = build_targets(args.target, args.target_auth)
+    except (TargetError, CredentialError) as e:
         print(f"kvscope exporter: {e}", file=sys.stderr)
         return 2
+    for t in targets:
+        if t.credentials is not None and t.credentials.source == "url":
+            log.warning(
+                "target %s: a password in a URL is visible to other local users (ps); "
+                "prefer --target-auth %s=basic-file:PATH",
+                t.name,
+                t.name,
+            )
     options = Options(
         interval=args.interval,
         timeout=args.timeout,
@@ -60,10 +90,20 @@ def serve(args: argparse.Namespace) -> int:
         dialect=args.dialect,
         window=args.window,
         record_dir=args.record,
+        sample_limit=args.sample_limit,
+        instance_limit=args.instance_limit,
+        redirects=args.follow_redirects,
+        ca_file=args.ca_file,
     )
     host, port = args.listen
     try:
-        asyncio.run(_serve(Exporter(targets, options), host, port))
+        tls_context(options.ca_file)  # a bad CA file is an error now, not at every scrape
+        exporter = Exporter(targets, options)
+    except (OSError, ValueError) as e:
+        print(f"kvscope exporter: {e}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(exporter, host, port))
     except OSError as e:
         print(f"kvscope exporter: cannot listen on {host}:{port}: {e}", file=sys.stderr)
         return 1

@@ -38,6 +38,8 @@ fi
 need_apt=()
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# tests/exporter makes a throw-away certificate for its https target with the openssl CLI.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # tests/deploy builds the exporter image (deploy/offline_build.py): Podman, and debootstrap
 # for the stand-in base image when no container registry is reachable.
 for tool in podman buildah debootstrap; do command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool"); done
