@@ -229,21 +229,21 @@ def test_non_http_targets_are_rejected_clearly(spec: str) -> None:
 
 def test_target_names_and_default_path() -> None:
     assert parse_target("a=http://h:1") == Target("a", "http://h:1/metrics")
-    assert parse_target("https://u:pw@h:8443/prometheus/metrics") == Target(
-        "h:8443", "https://u:pw@h:8443/prometheus/metrics"
-    )
+    with_userinfo = parse_target("https://u:pw@h:8443/prometheus/metrics")
+    assert (with_userinfo.name, with_userinfo.url) == ("h:8443", "https://h:8443/prometheus/metrics")
+    assert with_userinfo.credentials is not None and "pw" not in repr(with_userinfo)
     assert parse_target("http://h/metrics?x=a=b").name == "h"
     with pytest.raises(ValueError):
         Exporter([Target("a", "http://h/"), Target("a", "http://g/")])
 
 
 def test_internal_error_is_contained(monkeypatch: pytest.MonkeyPatch) -> None:
-    import exporter.runner as runner
+    import exporter.analysis as analysis
 
     def explode(*a, **k):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(runner, "normalise", explode)
+    monkeypatch.setattr(analysis, "normalise", explode)
 
     async def main() -> None:
         async with serve_app(fault_app()) as base:
