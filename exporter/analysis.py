@@ -1,7 +1,8 @@
-"""One fetched exposition in, everything the exporter keeps of it out: parse, limits,
-normalise, impossible values. Pure and thread-safe: the scrape loop runs it on a worker
-thread, so a large or hostile body never blocks the event loop that answers /healthz and
-/metrics.
+"""One fetched exposition in, everything the exporter keeps of it out: decode, parse,
+limits, normalise, impossible values. Pure: the scrape loop runs `analyse_body` in a worker
+process, so a large or hostile body never blocks the event loop that answers /healthz and
+/metrics, not even through the GIL (a thread parsing 50,000 samples, its garbage collection
+and the freeing of what it built, held the GIL for tens of milliseconds at a time).
 
 Limits (per target, like Prometheus's sample_limit, which fails the whole scrape): more
 than `sample_limit` sample lines (valid, duplicate or malformed), more than
@@ -13,6 +14,7 @@ not by what a target sends.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 
 from exporter.dialects import normalise
@@ -49,6 +51,25 @@ class Analysis:
     variant: str | None = None
     notes: list[str] = field(default_factory=list)
     over_limit: str | None = None
+
+
+def exposition_text(body: str | bytes, charset: str = "utf-8") -> str:
+    if isinstance(body, str):
+        return body
+    try:
+        return body.decode(charset, errors="replace")
+    except LookupError:  # an unknown charset name: metrics are ASCII/UTF-8 anyway
+        return body.decode("utf-8", errors="replace")
+
+
+def analyse_body(body: str | bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
+    """`analyse` of a raw or decoded body; never raises: a bug is an "internal" Analysis whose
+    detail carries the traceback's last lines (it may run in another process)."""
+    try:
+        return analyse(exposition_text(body, charset), dialect, limits)
+    except Exception as e:  # noqa: BLE001 - contained: counted, the loop goes on
+        where = "".join(traceback.format_exception(e)[-3:]).strip()
+        return Analysis("internal", f"internal error: {type(e).__name__}: {e}\n{where}")
 
 
 def analyse(text: str, dialect: str, limits: Limits) -> Analysis:

@@ -8,6 +8,7 @@ import math
 import sys
 from typing import Any, TextIO
 
+from exporter.analysis import exposition_text
 from exporter.credentials import redact_url
 from exporter.defaults import DEFAULT_FETCH_TIMEOUT_S
 from exporter.dialects import normalise
@@ -26,7 +27,7 @@ async def _fetch(url: str, timeout: float, ca_file: str | None) -> str:
         result = await scrape(session, target, timeout)
     if result.text is None:
         raise SourceError(f"{redact_url(url)}: {result.reason}: {result.detail}")
-    return result.text
+    return exposition_text(result.text, result.charset)
 
 
 def read_source(

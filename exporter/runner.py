@@ -1,14 +1,15 @@
 """The scrape loop: targets, their state, and what happens after each scrape.
 
 One `Exporter` owns every target's state (no module-level state). Each target has its own
-fixed-rate loop, so a slow or hostile target only delays itself. What is heavy (parsing and
-normalising a body, the windowed values, `--record` lines) runs on a small pool of worker
-threads; the event loop only fetches and swaps state, so /healthz and /metrics answer
-whatever a target sends. Parse/normalise failures are contained per target: the loop never
-dies because of what a target sent.
+fixed-rate loop, so a slow or hostile target only delays itself. What grows with what a
+target sends runs off the event loop: decoding, parsing and normalising a body in a worker
+process (`analysis`), the windowed values and `--record` lines on worker threads (bounded by
+the limits). The event loop only fetches and swaps state, so /healthz and /metrics answer
+whatever a target sends. Failures are contained per target: the loop never dies because of
+what a target sent, and a parser process that dies (out of memory) is replaced.
 
-Threads: target state is changed on the event loop only. A worker gets an immutable input
-(the body text, a copy of the ring buffer's point list) and returns a new value.
+Concurrency: target state is changed on the event loop only. A worker gets an immutable
+input (the body, a copy of the ring buffer's point list) and returns a new value.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from exporter.analysis import Analysis, Limits, analyse
+from exporter.analysis import Analysis, Limits, analyse_body
 from exporter.defaults import (
     DEFAULT_INSTANCE_LIMIT,
     DEFAULT_INTERVAL_S,
@@ -33,9 +34,11 @@ from exporter.defaults import (
     DEFAULT_SAMPLE_LIMIT,
     DEFAULT_WINDOW_S,
     HISTORY_POINTS,
+    HISTORY_SAMPLES,
 )
 from exporter.derived import Derived, derive
 from exporter.diagnosis import Thresholds
+from exporter.parser_process import ParserPool
 from exporter.quantities import Key
 from exporter.record import Recorder
 from exporter.redirects import RedirectPolicy
@@ -43,7 +46,9 @@ from exporter.scrape import REASONS, ScrapeResult, Target, make_session, scrape,
 from exporter.series import Point, TargetSeries
 
 T = TypeVar("T")
-MAX_WORKERS = 4  # parsing is GIL-bound: more threads add memory, not speed
+MAX_THREADS = 4
+# Each parser process costs ~20 MB and holds up to two bodies; two keep a 2-core box busy.
+MAX_PARSERS = 2
 
 log = logging.getLogger("kvscope.exporter")
 
@@ -56,6 +61,7 @@ class Options:
     dialect: str = "auto"
     window: float = DEFAULT_WINDOW_S
     history: int = HISTORY_POINTS
+    history_samples: int = HISTORY_SAMPLES
     record_dir: Path | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     sample_limit: int = DEFAULT_SAMPLE_LIMIT
@@ -99,9 +105,12 @@ class Exporter:
         names = [t.name for t in targets]
         if len(set(names)) != len(names):
             raise ValueError(f"target names must be unique: {names}")
-        self.states = [TargetState(t, TargetSeries(self.options.history)) for t in targets]
+        self.states = [
+            TargetState(t, TargetSeries(self.options.history, self.options.history_samples)) for t in targets
+        ]
         self.recorder = Recorder(self.options.record_dir) if self.options.record_dir else None
         self._pool: ThreadPoolExecutor | None = None
+        self._parsers: ParserPool | None = None
 
     @property
     def ingests(self) -> int:
@@ -115,13 +124,23 @@ class Exporter:
     async def in_worker(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(*args)` on the exporter's worker threads."""
         if self._pool is None:
-            workers = max(1, min(MAX_WORKERS, len(self.states)))
+            workers = max(1, min(MAX_THREADS, len(self.states)))
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="kvscope-exporter")
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    async def _analyse_in_process(self, result: ScrapeResult) -> Analysis:
+        if self._parsers is None:
+            self._parsers = ParserPool(min(MAX_PARSERS, len(self.states)))
+        body, result.text = result.text, None  # the body travels to the parser; nothing keeps it
+        opts = self.options
+        return await self._parsers.analyse(body, result.charset, opts.dialect, opts.limits)  # type: ignore[arg-type]
+
     def ingest(self, state: TargetState, result: ScrapeResult, t: float) -> Point:
         """Take in one scrape result, all on the calling thread (tests, one-off use)."""
-        analysis = None if result.text is None else self._analyse(state.target.name, result.text)
+        analysis = None
+        if result.text is not None:
+            opts = self.options
+            analysis = analyse_body(result.text, result.charset, opts.dialect, opts.limits)
         point = self._apply(state, result, analysis, t)
         state.derived = self._derive_and_record(state.target.name, list(state.series.points), state.dialect)
         return point
@@ -130,22 +149,13 @@ class Exporter:
         t = time.time()
         opts = self.options
         result = await scrape(session, state.target, opts.scrape_timeout, opts.max_bytes, opts.redirects)
-        text, result.text = result.text, None  # the worker gets the only reference
-        analysis = None if text is None else await self.in_worker(self._analyse, state.target.name, text)
-        del text
+        analysis = None if result.text is None else await self._analyse_in_process(result)
         point = self._apply(state, result, analysis, t)
         points = list(state.series.points)
         state.derived = await self.in_worker(
             self._derive_and_record, state.target.name, points, state.dialect
         )
         return point
-
-    def _analyse(self, name: str, text: str) -> Analysis:
-        try:
-            return analyse(text, self.options.dialect, self.options.limits)
-        except Exception as e:  # noqa: BLE001 - contained: counted, the loop goes on
-            log.exception("target %s: processing failed", name)
-            return Analysis("internal", f"internal error: {type(e).__name__}: {e}")
 
     def _apply(self, state: TargetState, result: ScrapeResult, analysis: Analysis | None, t: float) -> Point:
         """Update the state with one scrape's outcome (on the event loop); the new Point."""
@@ -159,6 +169,8 @@ class Exporter:
         else:
             point = Point(t, analysis.reason is None, analysis.instances, analysis.reason)
             state.last_detail = analysis.detail
+            if analysis.reason == "internal":
+                log.error("target %s: processing failed: %s", state.target.name, analysis.detail)
             state.parse_stats = analysis.parse_stats
             state.over_limit = analysis.over_limit
             for reason in analysis.partial:
@@ -219,6 +231,9 @@ class Exporter:
                 pass
 
     def close(self) -> None:
+        if self._parsers is not None:
+            self._parsers.kill()
+            self._parsers = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)  # a worker may still be writing a record line
             self._pool = None

@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
 import time
@@ -121,14 +122,17 @@ def parse_target(spec: str) -> Target:
 
 @dataclass(slots=True)
 class ScrapeResult:
-    """Outcome of one fetch. `text` is set iff `reason` is None."""
+    """Outcome of one fetch. `text` is set iff `reason` is None: the exposition, as the raw
+    body (`scrape` leaves decoding, with `charset`, to `analysis`, off the event loop) or as
+    text."""
 
-    text: str | None
+    text: str | bytes | None
     reason: str | None
     detail: str
     duration: float
     status: int | None = None
     nbytes: int = 0
+    charset: str = "utf-8"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,45 +142,49 @@ class _Failure:
     status: int | None = None
 
 
-def _content_failure(text: str, content_type: str) -> _Failure | None:
-    head = text.lstrip()[:1]
+_FIRST_NON_SPACE = re.compile(rb"\S")
+
+
+def _content_failure(raw: bytes, content_type: str) -> _Failure | None:
+    first = _FIRST_NON_SPACE.search(raw)
+    head = raw[first.start() : first.start() + 1] if first else b""
     ctype = content_type.split(";")[0].strip().lower()
-    if ctype == "text/html" or head == "<":
+    if ctype == "text/html" or head == b"<":
         return _Failure("not_metrics", "HTML instead of metrics (wrong path, or a login/proxy page?)", 200)
-    if ctype == "application/json" or head in ("{", "["):
+    if ctype == "application/json" or head in (b"{", b"["):
         return _Failure(
             "not_metrics",
             "JSON instead of metrics (trtllm-serve serves Prometheus text at "
             "/prometheus/metrics; its /metrics is JSON)",
             200,
         )
-    if not text.strip():
+    if first is None:
         return _Failure("empty", "empty body", 200)
     return None
 
 
-async def _read(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[str, int] | _Failure:
+async def _read(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, int] | _Failure:
     if resp.content_length is not None and resp.content_length > max_bytes:
         return _Failure("too_large", f"Content-Length {resp.content_length} exceeds {max_bytes} bytes", 200)
     body = CappedBody(resp.headers.get("Content-Encoding", ""), max_bytes)
     async for chunk in resp.content.iter_chunked(1 << 16):
-        if isinstance(error := body.feed(chunk), BodyError):
+        error = body.feed(chunk)
+        while error is None and body.pending:
+            await asyncio.sleep(0)  # let /healthz in between steps of a large inflate
+            error = body.step()
+        if error is not None:
             return _Failure(error.reason, error.detail, 200)
     raw = body.finish()
     if isinstance(raw, BodyError):
         return _Failure(raw.reason, raw.detail, 200)
-    try:
-        text = raw.decode(resp.charset or "utf-8", errors="replace")
-    except LookupError:  # an unknown charset name: metrics are ASCII/UTF-8 anyway
-        text = raw.decode("utf-8", errors="replace")
-    del raw  # the decoded text is all that is kept
-    failure = _content_failure(text, resp.headers.get("Content-Type", ""))
-    return failure or (text, body.wire_bytes)
+    failure = _content_failure(raw, resp.headers.get("Content-Type", ""))
+    return failure or (raw, body.wire_bytes)
 
 
 async def _fetch(
     session: aiohttp.ClientSession, target: Target, max_bytes: int, redirects: RedirectPolicy
-) -> tuple[str, int, int] | _Failure:
+) -> tuple[bytes, str, int] | _Failure:
+    """(body, charset, bytes on the wire), or why not."""
     headers = dict(HEADERS)
     if target.credentials is not None:
         try:
@@ -199,7 +207,7 @@ async def _fetch(
             if resp.status != 200:
                 return _Failure("http_status", f"HTTP {resp.status} {resp.reason or ''}".strip(), resp.status)
             got = await _read(resp, max_bytes)
-            return got if isinstance(got, _Failure) else (got[0], resp.status, got[1])
+            return got if isinstance(got, _Failure) else (got[0], resp.charset or "utf-8", got[1])
     return _Failure("redirect", f"more than {MAX_REDIRECTS} redirects")
 
 
@@ -245,8 +253,8 @@ async def scrape(
         return ScrapeResult(None, reason, redact_url(detail), time.perf_counter() - start)
     if isinstance(got, _Failure):
         return ScrapeResult(None, got.reason, got.detail, time.perf_counter() - start, got.status)
-    text, status, nbytes = got
-    return ScrapeResult(text, None, "", time.perf_counter() - start, status, nbytes)
+    body, charset, nbytes = got
+    return ScrapeResult(body, None, "", time.perf_counter() - start, 200, nbytes, charset)
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext:

@@ -29,23 +29,33 @@ class Point:
 
 
 class TargetSeries:
-    """Bounded history of one target (oldest points fall off the front).
+    """Bounded history of one target (oldest points fall off the front): at most `maxlen`
+    points and at most `max_samples` engine samples in all, but never fewer than 2 points.
 
-    Only the latest point keeps its latency histograms: the windowed rules read scalars, and
-    a histogram costs ~1.5 KB per instance and scrape (15 minutes of an 8-engine target
-    would hold ~40 MB). `--record` writes every histogram before it is dropped here.
+    The sample bound keeps a target with many instances from holding a lot of memory: a
+    retained sample costs ~1.2 KB, so 1,000 instances over 900 scrapes would be ~1 GB; with
+    that many instances the history is simply shorter. Only the latest point keeps its
+    latency histograms: the windowed rules read scalars, and a histogram costs ~1.5 KB per
+    instance and scrape. `--record` writes every histogram before it is dropped here.
     """
 
-    __slots__ = ("points",)
+    __slots__ = ("points", "max_samples", "_samples")
 
-    def __init__(self, maxlen: int) -> None:
+    def __init__(self, maxlen: int, max_samples: int | None = None) -> None:
         self.points: deque[Point] = deque(maxlen=max(2, maxlen))
+        self.max_samples = max_samples
+        self._samples = 0  # engine samples in `points`
 
     def append(self, point: Point) -> None:
         if self.points:
             for sample in self.points[-1].instances.values():
                 sample.histograms = {}
+            if len(self.points) == self.points.maxlen:
+                self._samples -= len(self.points[0].instances)  # about to fall off
         self.points.append(point)
+        self._samples += len(point.instances)
+        while self.max_samples is not None and self._samples > self.max_samples and len(self.points) > 2:
+            self._samples -= len(self.points.popleft().instances)
 
     def latest(self) -> Point | None:
         return self.points[-1] if self.points else None

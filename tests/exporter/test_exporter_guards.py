@@ -17,7 +17,7 @@ from exporter.credentials import CredentialError, parse_auth, redact_url, split_
 from exporter.dialects import normalise
 from exporter.dialects.sample import EngineSample, HistogramSample
 from exporter.dialects.sanity import drop_impossible
-from exporter.inflate import BodyError, CappedBody
+from exporter.inflate import STEP_BYTES, BodyError, CappedBody
 from exporter.parse import parse_exposition
 from exporter.redirects import refusal, resolve
 from tests.support.paths import ROOT
@@ -51,11 +51,15 @@ def test_capped_body_round_trips_and_refuses_past_the_cap(encoding):
     assert isinstance(refused, BodyError) and refused.reason == "too_large"
 
 
-def test_a_bomb_is_refused_within_the_first_chunk():
+def test_a_bomb_is_refused_within_its_first_chunk_in_bounded_steps():
     bomb = gzip.compress(b"\0" * (64 * MiB))
-    body = CappedBody("gzip", MiB)
-    assert isinstance(error := body.feed(bomb[: 1 << 16]), BodyError) and error.reason == "too_large"
-    assert body.feed(bomb[1 << 16 :]) is error and body.finish() is error
+    body = CappedBody("gzip", 4 * MiB)
+    error, steps = body.feed(bomb[: 1 << 16]), 1
+    while error is None and body.pending:
+        error, steps = body.step(), steps + 1
+    assert isinstance(error, BodyError) and error.reason == "too_large"
+    assert steps <= 4 * MiB // STEP_BYTES + 1  # each step inflates at most STEP_BYTES
+    assert body.feed(bomb[1 << 16 :]) is error and body.finish() is error and not body.pending
 
 
 def test_gzip_without_a_header_and_corrupt_or_unknown_encodings():

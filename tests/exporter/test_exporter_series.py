@@ -142,3 +142,18 @@ def test_thresholds_are_parameters() -> None:
 def test_rules_run_on_recorded_dicts() -> None:
     w = [(t, EngineSample.from_dict(s.to_dict())) for t, s in saturated_window()]
     assert diagnose(w).advice == diagnose(saturated_window()).advice
+
+
+def test_history_is_shorter_for_targets_with_many_instances() -> None:
+    from exporter.dialects.sample import EngineSample
+
+    series = TargetSeries(maxlen=100, max_samples=50)
+    for t in range(30):
+        series.append(Point(float(t), True, {("m", str(i)): EngineSample("m", str(i)) for i in range(10)}))
+    assert len(series.points) == 5 and series.points[-1].t == 29.0  # 50 samples kept
+    for t in range(30, 33):
+        series.append(Point(float(t), True, {("m", str(i)): EngineSample("m", str(i)) for i in range(40)}))
+    assert len(series.points) == 2  # never fewer than two points, for rates
+    for t in range(33, 200):
+        series.append(Point(float(t), False))
+    assert len(series.points) == 100  # down points hold no samples: maxlen bounds them
