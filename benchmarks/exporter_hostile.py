@@ -10,7 +10,7 @@ every 250 ms. Rows: no hostile target (the baseline), each kind, three gzip bomb
 far enough that every scrape parses all of it (what stalled /healthz before parsing moved
 off the event loop).
 
-Usage: python benchmarks/exporter_hostile.py [--seconds 12] [--only gzip-bomb,cardinality]
+Usage: python benchmarks/exporter_hostile.py [--seconds 8] [--only "gzip bomb,cardinality"]
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def run_row(row: Row, hostile_base: str, seconds: float) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=12.0, help="measuring time per row (default 12)")
+    ap.add_argument("--seconds", type=float, default=8.0, help="measuring time per row (default 8)")
     ap.add_argument("--only", default="", help="comma-separated substrings of row names to run")
     args = ap.parse_args()
     rows = [r for r in ROWS if not args.only or any(k in r.name for k in args.only.split(","))]

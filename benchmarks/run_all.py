@@ -81,6 +81,12 @@ BENCHES = (
         120,
     ),
     _script(
+        "exporter_hostile",
+        "Exporter beside hostile targets: RSS and /healthz latency",
+        "benchmarks/exporter_hostile.py",
+        240,
+    ),
+    _script(
         "server_overhead",
         "Server: HTTP overhead and simulated-server capacity",
         "benchmarks/server_overhead.py",

@@ -7,8 +7,11 @@ it re-imports the parent's main module in each child and starts a resource-track
 (~14 MB) besides; here a child is `python -m exporter.parser_process` importing only the
 stdlib-only analysis, and the protocol is a pair of pipes.
 
-Protocol: on its stdin the child reads frames (8-byte big-endian length, then a pickle of
-`(body, charset, dialect, limits)`) and answers each with a frame holding the `Analysis`.
+Protocol: on its stdin the child reads requests, each two frames (8-byte big-endian length,
+then the data): a pickle of `(charset, dialect, limits)`, then the raw body (written from
+the caller's buffer, never copied into a pickle); it answers each with one frame holding the
+pickled `Analysis`. After each request it returns freed memory to the OS, so a large body
+does not leave the child holding its peak.
 Both ends are this module; the child only ever sees a target's body as text to parse, so
 what comes back is this code's own objects (the pickles never cross a trust boundary).
 A child that dies (killed for memory) fails the analysis in hand as "internal" and is
@@ -24,6 +27,8 @@ close and exits.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import os
 import pickle
 import queue
@@ -31,6 +36,7 @@ import struct
 import subprocess
 import sys
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
@@ -67,18 +73,18 @@ class ParserProcess:
             env=env,
         )
 
-    def analyse(self, body: str | bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
+    def analyse(self, body: bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._start()
         proc = self._proc
         assert proc.stdin is not None and proc.stdout is not None
-        request = pickle.dumps((body, charset, dialect, limits), protocol=5)
-        del body
+        head = pickle.dumps((charset, dialect, limits), protocol=5)
         try:
-            proc.stdin.write(_LENGTH.pack(len(request)))
-            proc.stdin.write(request)
+            for frame in (head, body):
+                proc.stdin.write(_LENGTH.pack(len(frame)))
+                proc.stdin.write(frame)
             proc.stdin.flush()
-            del request
+            del body
             (n,) = _LENGTH.unpack(_read_exactly(proc.stdout, _LENGTH.size))
             answer = _read_exactly(proc.stdout, n)
         except (OSError, EOFError):  # BrokenPipeError is an OSError
@@ -115,21 +121,22 @@ class ParserPool:
     def __init__(self, size: int) -> None:
         size = max(1, size)
         self._all = [ParserProcess() for _ in range(size)]
-        self._idle: queue.SimpleQueue[ParserProcess] = queue.SimpleQueue()
+        # Last in, first out: one large target keeps reusing one child, the others never start.
+        self._idle: queue.LifoQueue[ParserProcess] = queue.LifoQueue()
         for parser in self._all:
             self._idle.put(parser)
         # As many threads as children: a job never waits for a child while holding a thread.
         self._threads = ThreadPoolExecutor(size, thread_name_prefix="kvscope-parser")
         self._finalizer = weakref.finalize(self, _kill_all, self._all, self._threads)
 
-    def _exchange(self, body: str | bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
+    def _exchange(self, body: bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
         parser = self._idle.get()
         try:
             return parser.analyse(body, charset, dialect, limits)
         finally:
             self._idle.put(parser)
 
-    async def analyse(self, body: str | bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
+    async def analyse(self, body: bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, self._exchange, body, charset, dialect, limits)
 
@@ -143,19 +150,38 @@ class ParserPool:
         return [pid for p in self._all if (pid := p.pid) is not None]
 
 
+def _frame(stdin: IO[bytes]) -> bytes | None:
+    head = stdin.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (n,) = _LENGTH.unpack(head)
+    return _read_exactly(stdin, n)
+
+
+def _release_memory() -> Callable[[], object]:
+    """glibc's malloc_trim (hands freed heap pages back to the OS), or a no-op elsewhere."""
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return lambda *_: None
+
+
 def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
-    """The child's loop: one frame in, one frame out, until stdin closes."""
-    while True:
-        head = stdin.read(_LENGTH.size)
-        if len(head) < _LENGTH.size:
+    """The child's loop: one request in, one answer out, until stdin closes."""
+    trim = _release_memory()
+    while (head := _frame(stdin)) is not None:
+        charset, dialect, limits = pickle.loads(head)
+        body = _frame(stdin)
+        if body is None:
             return
-        (n,) = _LENGTH.unpack(head)
-        body, charset, dialect, limits = pickle.loads(_read_exactly(stdin, n))
         answer = pickle.dumps(analyse_body(body, charset, dialect, limits), protocol=5)
         del body
         stdout.write(_LENGTH.pack(len(answer)))
         stdout.write(answer)
         stdout.flush()
+        del answer
+        gc.collect()
+        trim(0)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
 One `Exporter` owns every target's state (no module-level state). Each target has its own
 fixed-rate loop, so a slow or hostile target only delays itself. What grows with what a
-target sends runs off the event loop: decoding, parsing and normalising a body in a worker
-process (`analysis`), the windowed values and `--record` lines on worker threads (bounded by
-the limits). The event loop only fetches and swaps state, so /healthz and /metrics answer
+target sends runs off the event loop: decoding, parsing and normalising a body on a worker
+thread, or in a parser process once the body is large (`analysis`, `parser_process`), the
+windowed values and `--record` lines on worker threads (bounded by the limits). The event loop only fetches and swaps state, so /healthz and /metrics answer
 whatever a target sends. Failures are contained per target: the loop never dies because of
 what a target sent, and a parser process that dies (out of memory) is replaced.
 
@@ -49,6 +49,10 @@ T = TypeVar("T")
 MAX_THREADS = 4
 # Each parser process costs ~20 MB and holds up to two bodies; two keep a 2-core box busy.
 MAX_PARSERS = 2
+# Bodies above this go to a parser process: ~4,000 lines, 15-20 ms of parsing on a thread.
+# Below it (an 8-engine vLLM exposition is ~250 KB) the GIL stalls are a few ms and no
+# process is started at all.
+PROCESS_BODY_BYTES = 512 << 10
 
 log = logging.getLogger("kvscope.exporter")
 
@@ -128,12 +132,19 @@ class Exporter:
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="kvscope-exporter")
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    async def _analyse_in_process(self, result: ScrapeResult) -> Analysis:
+    async def _analyse(self, result: ScrapeResult) -> Analysis:
+        """Off the event loop: a small body on a worker thread (a few ms of parsing), a large
+        one in a parser process (see `parser_process` for why not a thread); the processes
+        start only once a target sends a large body."""
+        body, result.text = result.text, None  # the body travels on; nothing here keeps it
+        opts = self.options
+        args = (body, result.charset, opts.dialect, opts.limits)
+        del body
+        if isinstance(args[0], str) or len(args[0]) <= PROCESS_BODY_BYTES:  # type: ignore[arg-type]
+            return await self.in_worker(analyse_body, *args)
         if self._parsers is None:
             self._parsers = ParserPool(min(MAX_PARSERS, len(self.states)))
-        body, result.text = result.text, None  # the body travels to the parser; nothing keeps it
-        opts = self.options
-        return await self._parsers.analyse(body, result.charset, opts.dialect, opts.limits)  # type: ignore[arg-type]
+        return await self._parsers.analyse(*args)  # type: ignore[arg-type]
 
     def ingest(self, state: TargetState, result: ScrapeResult, t: float) -> Point:
         """Take in one scrape result, all on the calling thread (tests, one-off use)."""
@@ -149,7 +160,7 @@ class Exporter:
         t = time.time()
         opts = self.options
         result = await scrape(session, state.target, opts.scrape_timeout, opts.max_bytes, opts.redirects)
-        analysis = None if result.text is None else await self._analyse_in_process(result)
+        analysis = None if result.text is None else await self._analyse(result)
         point = self._apply(state, result, analysis, t)
         points = list(state.series.points)
         state.derived = await self.in_worker(

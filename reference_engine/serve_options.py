@@ -57,8 +57,8 @@ class ServeOptions:
     )
     header_timeout: float = arg_field(
         DEFAULT_HEADER_TIMEOUT_S,
-        "close a connection whose request headers are not complete this long after it opened or "
-        "its previous request ended, with a 408 (default: %(default)s)",
+        "answer 408 and close when request headers are not complete this long after the "
+        "connection opened, or after the first byte of its next request (default: %(default)s)",
         metavar="SECONDS",
     )
     body_timeout: float = arg_field(
@@ -76,6 +76,7 @@ class ServeOptions:
     max_connections: int = arg_field(
         DEFAULT_MAX_CONNECTIONS,
         "open connections at most; one more is answered 503 and closed (default: %(default)s)",
+        metavar="N",
     )
     access_log: bool = arg_field(False, "log one line per HTTP request")
     log_level: LogLevel = arg_field("info", "(default: %(default)s)")

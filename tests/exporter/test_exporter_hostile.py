@@ -62,6 +62,7 @@ def test_limits_refuse_the_scrape_count_it_and_mark_the_target():
     assert not bomb.up and bomb.errors["sample_limit"] == 2 and bomb.over_limit == "samples"
     assert "--sample-limit" in bomb.last_detail
     assert normal.up and normal.over_limit is None and not any(normal.errors.values())
+    assert exporter._parsers is not None and few._parsers is None  # processes only for large bodies
     (st,) = few.states
     assert not st.up and st.errors["instance_limit"] == 1 and st.over_limit == "instances"
     assert target_view(st)["over_limit"] == "instances"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import socket
 import threading
 import time
@@ -17,6 +18,8 @@ import pytest
 
 from reference_engine.serve_options import HttpLimits
 from reference_engine.server.log_limit import RateLimitedLog
+from reference_engine.server.serve_cli import warn_if_few_file_descriptors
+from tests.server.test_server_lifecycle import ServerProcess
 from tests.support.tiny_server import MODEL, assert_no_leaked_blocks, post, start
 
 LIMITS = HttpLimits(header_timeout_s=0.5, body_timeout_s=0.5, keep_alive_timeout_s=3.0, max_connections=64)
@@ -260,3 +263,38 @@ def test_connections_past_the_cap_get_a_503_and_the_server_recovers():
 def test_limits_must_be_positive(field):
     with pytest.raises(ValueError, match="must be positive"):
         HttpLimits(**{field: 0})
+
+
+def test_the_serve_command_applies_its_limit_flags():
+    """The flags reach the server the command runs (ServeOptions -> HttpLimits -> runner)."""
+    server = ServerProcess(
+        "--model",
+        "tiny-random",
+        "--num-blocks",
+        "32",
+        "--max-model-len",
+        "64",
+        "--header-timeout",
+        "1.5",
+        "--max-connections",
+        "2",
+    )
+    try:
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(2)]
+        time.sleep(0.1)
+        raw, _ = exchange(server.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert json_error(raw)[0] == 503
+        for sock in held:
+            sock.close()
+        time.sleep(0.2)
+        raw, seconds = exchange(server.port)
+        assert json_error(raw)[0] == 408 and 1.4 < seconds < 1.5 + SLACK_S
+    finally:
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.wait() == 0
+
+
+def test_a_connection_cap_above_the_open_file_limit_is_warned_about(caplog):
+    with caplog.at_level(logging.WARNING, "kvscope.server"):
+        warn_if_few_file_descriptors(10**9)
+    assert "ulimit -n" in caplog.text
