@@ -250,7 +250,7 @@ async def scrape(
         if not isinstance(e, Exception):
             raise
         reason, detail = classify(e)
-        return ScrapeResult(None, reason, redact_url(detail), time.perf_counter() - start)
+        return ScrapeResult(None, reason, detail, time.perf_counter() - start)
     if isinstance(got, _Failure):
         return ScrapeResult(None, got.reason, got.detail, time.perf_counter() - start, got.status)
     body, charset, nbytes = got

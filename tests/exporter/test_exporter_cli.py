@@ -137,3 +137,16 @@ def test_exporter_imports_stay_light() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_command_line_and_parser_process_modules_are_stdlib_only() -> None:
+    """The command line must start fast, and a parser process must stay small: neither may
+    load aiohttp or prometheus_client."""
+    code = (
+        "import sys, exporter.cli, exporter.parser_process, exporter.units, exporter.defaults\n"
+        "import exporter.quantities, exporter.parse, exporter.dialects, exporter.credentials\n"
+        "loaded = [m for m in ('aiohttp', 'prometheus_client') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
