@@ -35,8 +35,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.procs import free_port, wait_http  # noqa: E402
 from harness.results import load  # noqa: E402
+from harness.run.procs import free_port, wait_http  # noqa: E402
 
 LIMIT_S = 0.005
 # 70B on 8 x H100 (tensor parallel), 4k context: ~1.4M KV tokens, so KV never limits the

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import random
 
-from harness.arrivals import Slot
-from harness.locust_user import LLMUser, register_workload
-from harness.prompt_words import words
-from harness.request_spec import RequestSpec
-from harness.trace import MOONCAKE_BLOCK_TOKENS, TraceEntry, load_trace, trace_offsets
+from harness.load import (
+    MOONCAKE_BLOCK_TOKENS,
+    LLMUser,
+    RequestSpec,
+    Slot,
+    TraceEntry,
+    load_trace,
+    register_workload,
+    trace_offsets,
+    words,
+)
 
 register_workload("replay")
 BLOCK_SEED_BASE = 2_000_003

@@ -15,86 +15,44 @@ Invariant: every number in a verdict is in its `evidence`, `projected` or `repla
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from harness.advisor import capacity
+from harness.advisor.deployment import Deployment
 from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, main_window, windows_from_server_frame
 from harness.advisor.evidence import WorkloadEvidence, completed, workload_evidence
-from harness.advisor.run_inputs import Deployment, RunInputs
+from harness.advisor.markdown import render
+from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
+from harness.advisor.run_inputs import RunInputs
 from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.verdicts import Proposal, decide
 from harness.advisor.whatif import Change, Comparison, Replayer, judge, make_replayer
+from harness.bundle.jsonfile import json_safe, write_json
 
 MAX_AMPLE_BLOCKS = 500_000  # ~8 M tokens at block size 16; building it takes ~0.5 s
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    action: str
-    title: str
-    evidence: dict[str, Any]
-    projected: dict[str, Any]
-    effect: str
-    verified: bool
-    replay: dict[str, Any] | None = None
-    alternatives: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Advice:
-    source: str
-    deployment: dict[str, Any]
-    diagnosis: dict[str, Any]
-    workload: dict[str, Any]
-    verdicts: list[Verdict]
-    notes: list[str]
-    time_axis: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "deployment": self.deployment,
-            "diagnosis": self.diagnosis,
-            "workload": self.workload,
-            "verdicts": [asdict(v) for v in self.verdicts],
-            "notes": self.notes,
-            "time_axis": self.time_axis,
-        }
-
-
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+ENGINE_VIEW = ("block_size", "max_num_seqs", "max_num_batched_tokens", "allocator", "enable_prefix_caching")
 
 
 def deployment_view(dep: Deployment) -> dict[str, Any]:
-    e = dep.engine
+    """advice.json's `deployment`: stated settings, None for those no source stated (listed
+    under `unstated`, with the cache dtype when it is assumed)."""
     return {
         "bundled_engine": dep.bundled,
         "simulated": dep.simulated,
         "model": dep.model,
-        "engine_model": e.model,
+        "engine_model": dep.known("model"),
         "gpu": dep.gpu,
         "tensor_parallel_size": dep.tp,
         "gpu_memory_utilization": dep.gpu_memory_utilization,
         "kv_cache_dtype": dep.kv_dtype,
         "num_blocks": capacity.base_blocks(dep),
-        "block_size": e.block_size,
         "max_model_len": dep.max_model_len,
-        "max_num_seqs": e.max_num_seqs,
-        "max_num_batched_tokens": e.max_num_batched_tokens,
-        "allocator": e.allocator,
-        "enable_prefix_caching": e.enable_prefix_caching,
+        **{name: dep.known(name) for name in ENGINE_VIEW},
+        "unstated": [name for name in ("kv_cache_dtype", *ENGINE_VIEW) if name in dep.unstated],
     }
 
 
@@ -106,8 +64,8 @@ def admission_tokens(dep: Deployment, work: WorkloadEvidence | None) -> int:
         return dep.max_model_len
     if work is None or work.lengths is None:
         return 0
-    prompt = work.lengths.prompt_p50_tokens
-    return int(min(prompt, dep.engine.max_num_batched_tokens))
+    prompt, budget = work.lengths.prompt_p50_tokens, dep.known("max_num_batched_tokens")
+    return int(prompt if budget is None else min(prompt, budget))
 
 
 def diagnose_run(inputs: RunInputs, work: WorkloadEvidence | None = None) -> WindowDiagnosis | None:
@@ -164,13 +122,14 @@ def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None,
 
 
 def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdict:
+    claim = {f.name: json_safe(getattr(p, f.name)) for f in fields(Claim)}
     if p.change is None or replayer is None:
-        return Verdict(p.action, p.title, _clean(p.evidence), _clean(p.projected), p.effect, False)
+        return Verdict(**claim, verified=False)
     try:
         comparison = replayer.compare(p.change)
     except ValueError as exc:  # e.g. a change the engine refuses (a pool too small for one request)
         notes.append(f"{p.action}: replay failed: {exc}")
-        return Verdict(p.action, p.title, _clean(p.evidence), _clean(p.projected), p.effect, False)
+        return Verdict(**claim, verified=False)
     verified = comparison.verified
     replay = comparison.to_dict()
     if not p.expect_gain:  # kv_not_bottleneck: confirmed when more KV memory does not help
@@ -189,17 +148,8 @@ def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdic
         except ValueError as exc:
             notes.append(f"{p.action}: replay of {alt.label} failed: {exc}")
             continue
-        alternatives.append(_clean(c.to_dict()))
-    return Verdict(
-        p.action,
-        p.title,
-        _clean(p.evidence),
-        _clean(p.projected),
-        p.effect,
-        verified,
-        _clean(replay),
-        alternatives,
-    )
+        alternatives.append(json_safe(c.to_dict()))
+    return Verdict(**claim, verified=verified, replay=json_safe(replay), alternatives=alternatives)
 
 
 def _rank(v: Verdict) -> tuple:
@@ -233,7 +183,7 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         )
     if diag is None:
         notes.append("server.parquet has no samples from the engine: no diagnosis")
-        return Advice(str(inputs.path or ""), deployment_view(dep), {}, _clean(workload), [], notes)
+        return Advice(str(inputs.path or ""), deployment_view(dep), {}, json_safe(workload), [], notes)
     replayer = None
     demand, upper = None, _upper_bound_demand(inputs, work)
     if replay and not completed(inputs.requests).empty:
@@ -261,6 +211,11 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         "exporter_advice": [a for a, on in diag.exporter_advice.items() if on],
         "exporter_reasons": diag.exporter_reasons,
     }
+    if replayer is not None and dep.assumed_for_replay:
+        notes.append(
+            f"replays use the simulator's defaults for {', '.join(dep.assumed_for_replay)}: "
+            "no source stated the server's"
+        )
     if replayer is not None and replayer.excluded:
         notes.append(f"{replayer.excluded} request(s) without token counts (failed) are not in the replays")
     recorded = (
@@ -274,23 +229,18 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         )
     return Advice(
         str(inputs.path or ""),
-        _clean(deployment_view(dep)),
-        _clean(diagnosis),
-        _clean(workload),
+        json_safe(deployment_view(dep)),
+        json_safe(diagnosis),
+        json_safe(workload),
         verdicts,
         notes,
         replayer.time_axis if replayer else None,
     )
 
 
-def write_json(advice: Advice, directory: str | Path) -> Path:
-    """advice.json, with the rendered Markdown under `markdown` (the report shows it as is)."""
-    import json
-
-    from harness.advisor.markdown import render
-
-    data = _clean(advice.to_json())
-    data["markdown"] = render(data)
-    path = Path(directory) / "advice.json"
-    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    return path
+def write_advice(advice: Advice, directory: str | Path) -> dict[str, Any]:
+    """advice.json, with the rendered Markdown under `markdown` (the report shows it as is);
+    returns the file's content."""
+    data = {**json_safe(advice.to_json()), "markdown": render(advice)}
+    write_json(Path(directory) / ADVICE_JSON, data)
+    return data

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, windows_from_samples_api
-from harness.advisor.run_inputs import AdvisorError
+from harness.advisor.errors import AdvisorError
 from reference_engine.catalogue import CatalogueError, kv_dtype_bytes
 
 DEFAULT_WINDOW_S = 300.0

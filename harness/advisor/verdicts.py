@@ -31,9 +31,10 @@ from typing import Any
 
 from exporter.diagnosis import ACTIONS  # the names kvscope_advice{action=...} publishes
 from harness.advisor import capacity
+from harness.advisor.deployment import Deployment
 from harness.advisor.diagnose import WindowDiagnosis
 from harness.advisor.evidence import WorkloadEvidence
-from harness.advisor.run_inputs import Deployment
+from harness.advisor.record import Claim
 from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.whatif import Change
 
@@ -45,13 +46,10 @@ __all__ = ["ACTIONS", "Proposal", "RuleOutcome", "decide"]
 
 
 @dataclass(frozen=True, slots=True)
-class Proposal:
-    action: str
-    title: str
-    evidence: dict[str, Any]
-    projected: dict[str, Any]
-    effect: str  # the projected effect in one sentence
-    change: Change | None  # the what-if that tests it (None: nothing to replay)
+class Proposal(Claim):
+    """A claim before its replay, with the what-if that tests it."""
+
+    change: Change | None  # None: nothing to replay
     expect_gain: bool = True  # False: verified when the change does NOT help (kv_not_bottleneck)
     alternatives: tuple[Change, ...] = ()
 
@@ -263,7 +261,7 @@ def cut_context(
 
 def not_bottleneck(dep: Deployment, d: WindowDiagnosis) -> Proposal:
     base = capacity.base_blocks(dep)
-    seqs = dep.engine.max_num_seqs
+    seqs = dep.known("max_num_seqs")
     ev = {
         "waiting_share": d.numbers()["waiting_share"],
         "waiting_low_usage_share": d.numbers()["waiting_low_usage_share"],
@@ -271,10 +269,10 @@ def not_bottleneck(dep: Deployment, d: WindowDiagnosis) -> Proposal:
         "mean_running": d.numbers()["mean_running"],
         "max_running": d.max_running,
         "max_num_seqs": seqs,
-        "max_num_batched_tokens": dep.engine.max_num_batched_tokens,
+        "max_num_batched_tokens": dep.known("max_num_batched_tokens"),
         "preemption_level": d.preemption_level,
     }
-    limited = d.max_running is not None and d.max_running >= seqs
+    limited = seqs is not None and d.max_running is not None and d.max_running >= seqs
     where = (
         f"the running batch sits at max_num_seqs={seqs}"
         if limited
@@ -384,11 +382,12 @@ def _cache_reuse_notes(dep: Deployment, work: WorkloadEvidence) -> list[str]:
         return []
     if p.observed_hit_ratio >= 0.5 * p.identical_hit_ratio:
         return []
-    why = (
-        "prefix caching is off (--no-enable-prefix-caching)"
-        if not dep.engine.enable_prefix_caching
-        else "shared blocks are evicted before they are reused (KV pressure, or too many distinct prefixes)"
-    )
+    evicted = "shared blocks are evicted before they are reused (KV pressure, or too many distinct prefixes)"
+    why = {
+        False: "prefix caching is off (--no-enable-prefix-caching)",
+        True: evicted,
+        None: f"prefix caching is off on the server, or {evicted}",
+    }[dep.known("enable_prefix_caching")]
     return [
         f"prefix cache: {p.observed_hit_ratio:.0%} of prompt tokens hit, while byte-identical prefixes offer "
         f"{p.identical_hit_ratio:.0%}: {why}"

@@ -32,8 +32,9 @@ import numpy as np
 import pandas as pd
 
 from harness.advisor.capacity import base_blocks
+from harness.advisor.deployment import Deployment
 from harness.advisor.evidence import WorkloadEvidence, completed
-from harness.advisor.run_inputs import Deployment, RunInputs
+from harness.advisor.run_inputs import RunInputs
 from reference_engine.catalogue import get_gpu, get_model
 from reference_engine.config import EngineConfig
 from reference_engine.sim.cost_model import CostModel

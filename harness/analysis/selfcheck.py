@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis.bundle import measured
 from harness.analysis.stats import clean
+from harness.bundle.read import measured
 
 LAG_S = 0.050
 TAIL_SHARE = 0.10  # of the corrected p99

@@ -13,19 +13,20 @@ the report and the sweep table always agree. Invariants:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from harness.analysis.bundle import Bundle, load_bundle, measured
 from harness.analysis.join import analyse_join
 from harness.analysis.latency import analyse_latency, window_bounds
 from harness.analysis.selfcheck import self_check
 from harness.analysis.server import clip_to_window, summarise_server, timeline
 from harness.analysis.slo import Slos, parse_slos
-from harness.analysis.stats import distribution, json_safe
+from harness.analysis.stats import distribution
+from harness.bundle.jsonfile import json_safe, write_json
+from harness.bundle.read import Bundle, measured, read_bundle
+from harness.bundle.schema import SUMMARY
 
 SCHEMA = "kvscope.summary/1"
 
@@ -74,7 +75,7 @@ def run_info(run: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
 
 def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> dict[str, Any]:
     """Every headline figure of one run as a JSON-safe dict (see the module docstring)."""
-    b = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
+    b = bundle if isinstance(bundle, Bundle) else read_bundle(bundle)
     s = parse_slos(slos) if isinstance(slos, str) else (slos if slos else slos_from_run(b.run))
     lat = analyse_latency(b.requests, s)
     req = measured(b.requests)
@@ -82,7 +83,7 @@ def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> di
     srv = summarise_server(server)
     tl = timeline(server)
     joined = analyse_join(b.requests, tl, srv.preemption_onset_unix)
-    check = self_check(b.requests, server, b.run, b.extra.get("client_log_warnings"))
+    check = self_check(b.requests, server, b.run, b.client_log_warnings)
     out = {
         "schema": SCHEMA,
         "run": run_info(b.run, b),
@@ -198,9 +199,6 @@ def verdicts(s: dict[str, Any]) -> list[str]:
 
 def write_summary(bundle_dir: str | Path, slos: Slos | str | None = None) -> dict[str, Any]:
     """Compute the summary of the bundle in `bundle_dir` and write it to summary.json."""
-    summary = summarize(load_bundle(bundle_dir), slos)
-    path = Path(bundle_dir) / "summary.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    summary = summarize(read_bundle(bundle_dir), slos)
+    write_json(Path(bundle_dir) / SUMMARY, summary)
     return summary

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from harness.advisor.record import Advice
 from harness.report.advice import advice_blocks
 from harness.report.document import Bullets, Document, Image, Para, Table, ms, num, pct
 
@@ -43,7 +44,7 @@ def run_document(
     s: dict[str, Any],
     figures: dict[str, str],
     advice_markdown: str | None,
-    advice_json: dict[str, Any] | None,
+    advice: Advice | None,
 ) -> Document:
     info = s["run"]
     load = f"rate {info['rate']}/s" if info.get("rate") else f"{info.get('users') or '?'} users"
@@ -54,7 +55,7 @@ def run_document(
             f"bundle {info.get('path') or '?'}",
         ],
     )
-    doc.section("Advice").blocks += advice_blocks(advice_markdown, advice_json)
+    doc.section("Advice").blocks += advice_blocks(advice_markdown, advice)
 
     check = s["selfcheck"]
     sec = doc.section("Measurement self-check")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.advisor.record import Advice
 from harness.report.advice import advice_blocks
 from harness.report.document import Bullets, Document, Image, Para, Table, ms, num, pct
 
@@ -17,7 +18,7 @@ def sweep_document(
     sw: dict[str, Any],
     figures: dict[str, str],
     advice_markdown: str | None,
-    advice_json: dict[str, Any] | None,
+    advice: Advice | None,
 ) -> Document:
     cfg = sw.get("config", {})
     kind = "request rates" if cfg.get("mode") == "rate" else "concurrencies"
@@ -28,7 +29,7 @@ def sweep_document(
             f"status {sw.get('status', '?')}"
         ],
     )
-    doc.section("Advice").blocks += advice_blocks(advice_markdown, advice_json)
+    doc.section("Advice").blocks += advice_blocks(advice_markdown, advice)
     knee = sw.get("knee") or {}
     sec = doc.section("Knee and SLO limit")
     sec.blocks.append(Para(knee.get("explanation") or "no points were measured", strong=True))

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.procs import free_port, http_get, wait_http
+from harness.run.procs import free_port, http_get, wait_http
 from tests.support.paths import ROOT
 from tests.support.prometheus import stop_process
 
