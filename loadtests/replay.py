@@ -1,4 +1,4 @@
-"""Replay a JSON-lines trace of arrival times and prompt/output lengths (see harness/trace.py).
+"""Replay a JSON-lines trace of arrival times and prompt/output lengths (see harness/workload/traces.py).
 
 Requests leave at the trace's times (scaled by --time-scale), open loop. Mooncake-style
 `hash_ids` become shared blocks of prompt text, so the trace's prefix reuse is reproduced.

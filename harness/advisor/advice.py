@@ -224,7 +224,8 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     if diag.finished is not None and diag.finished > 1.2 * recorded + 2:
         notes.append(
             f"the server finished {diag.finished:,.0f} requests but the bundle records {recorded:,} "
-            "completed ones (e.g. requests still in flight when the run stopped leave no record): the replays "
+            "completed ones (e.g. requests still in flight when the run stopped leave no record): "
+            "the replays "
             "carry less load than the run did"
         )
     return Advice(

@@ -76,7 +76,8 @@ def render(advice: Advice, heading: str = "## Advice") -> str:
         replay = v.replay
         if replay:
             lines.append(
-                f"   - Replay of `{replay['change'].get('label')}`, {replay.get('why')}: {replay_line(replay)}"
+                f"   - Replay of `{replay['change'].get('label')}`, {replay.get('why')}: "
+                f"{replay_line(replay)}"
             )
         for alt in v.alternatives:
             lines.append(

@@ -25,7 +25,6 @@ Rules (KV pressure and "not the bottleneck" are defined in `diagnose`):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +36,9 @@ from harness.advisor.evidence import WorkloadEvidence
 from harness.advisor.record import Claim
 from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.whatif import Change
+from harness.formatting import pct
+
+NA = "n/a"
 
 PREFIX_GAIN = 0.10
 CUT_CONTEXT_MAX_SHARE = 0.5
@@ -167,7 +169,8 @@ def add_memory(
     total = best.num_blocks * best.replicas
     effect = (
         f"{best.label}: {total:,} blocks (x{total / base:.2f}{extra}) for the "
-        f"{'measured' if measured else 'estimated (upper bound)'} peak demand of {demand:,} blocks, where the "
+        f"{'measured' if measured else 'estimated (upper bound)'} peak demand of {demand:,} blocks, "
+        "where the "
         f"run had {base:,}"
     )
     change = Change(
@@ -246,8 +249,9 @@ def cut_context(
         else f"{lengths.over_suggested} request(s) longer than the cut would be refused or truncated"
     )
     effect = (
-        f"max_model_len {limit:,} -> {cut:,} (p99.9 {lengths.p999_tokens:,.0f} rounded up): requests of the full "
-        f"length that fit at once go {proj['concurrency_at_limit_before']:,} -> {proj['concurrency_at_limit_after']:,}; {how}"
+        f"max_model_len {limit:,} -> {cut:,} (p99.9 {lengths.p999_tokens:,.0f} rounded up): "
+        "requests of the full length that fit at once go "
+        f"{proj['concurrency_at_limit_before']:,} -> {proj['concurrency_at_limit_after']:,}; {how}"
     )
     return Proposal(
         "cut_context",
@@ -279,8 +283,8 @@ def not_bottleneck(dep: Deployment, d: WindowDiagnosis) -> Proposal:
         else "compute or the per-step token budget limit admission"
     )
     effect = (
-        f"requests waited in {_pct(d.waiting_share)} of the run while KV usage peaked at "
-        f"{_pct(d.max_usage)}: more KV memory will not help; {where}"
+        f"requests waited in {pct(d.waiting_share, 0, NA)} of the run while KV usage peaked at "
+        f"{pct(d.max_usage, 0, NA)}: more KV memory will not help; {where}"
     )
     change = Change("double the KV pool", num_blocks=None if base is None else 2 * base - 1)
     alternatives = (Change(f"max_num_seqs={4 * seqs}", max_num_seqs=4 * seqs),) if limited else ()
@@ -317,9 +321,10 @@ def make_identical(work: WorkloadEvidence) -> Proposal | None:
     }
     start, end = p.hole_start_chars_p50 or 0, p.hole_end_chars_p50 or 0
     effect = (
-        f"{p.near_identical_requests} prompts share ~{p.blocked_tokens_p50 or 0:,.0f} tokens after a span that "
-        f"differs (characters ~{start:,.0f}-{end:,.0f}, e.g. a timestamp or an id): put the shared part first and "
-        f"keep it byte-identical, and the cacheable share of prompt tokens goes {p.identical_hit_ratio:.0%} -> "
+        f"{p.near_identical_requests} prompts share ~{p.blocked_tokens_p50 or 0:,.0f} tokens after a span "
+        f"that differs (characters ~{start:,.0f}-{end:,.0f}, e.g. a timestamp or an id): put the shared "
+        "part first and keep it byte-identical, and the cacheable share of prompt tokens goes "
+        f"{p.identical_hit_ratio:.0%} -> "
         f"{p.near_hit_ratio:.0%}"
     )
     return Proposal(
@@ -330,10 +335,6 @@ def make_identical(work: WorkloadEvidence) -> Proposal | None:
         effect,
         Change("near-identical prefixes made identical", prefix_identical=True),
     )
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{x:.0%}"
 
 
 def decide(
@@ -362,7 +363,7 @@ def decide(
     else:
         out.notes.append(
             f"no KV pressure: preemption level {d.preemption_level}, saturated "
-            f"{_pct(d.saturated_share)} of the time, waiting {_pct(d.waiting_share)}"
+            f"{pct(d.saturated_share, 0, NA)} of the time, waiting {pct(d.waiting_share, 0, NA)}"
         )
     prefix = make_identical(work)
     if prefix is not None:

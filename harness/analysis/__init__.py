@@ -1,6 +1,5 @@
 """Analysis of a results bundle: plain functions over pandas frames, one concept per module.
 
-- `bundle`: load a folder into a `Bundle` (run.json, requests.parquet, server.parquet)
 - `slo`: parse `ttft=1s,tpot=100ms`, test requests against SLOs
 - `latency`: client percentiles, throughput, goodput, errors, achieved lengths
 - `server`: KV usage, hit ratio, preemptions, running/waiting over time (counter-reset safe)
@@ -8,4 +7,7 @@
 - `selfcheck`: was the client saturated? (marks the run unreliable, with reasons)
 - `knee`: the knee and the highest SLO-meeting load of a sweep
 - `summary`: `summarize(bundle, slos)` and `write_summary(dir)`, the source of summary.json
+
+Bundles come from `harness.bundle.read`. May import: pandas, numpy, `harness.bundle`,
+`harness.formatting`, `exporter.units`; nothing that runs a load test or an engine.
 """

@@ -196,7 +196,8 @@ def self_check(
     saturated = l50 is not None and l50 > LAG_S
     if saturated:
         reasons.append(
-            f"the client read the typical request {l50 * 1000:.0f} ms late (lag p50 > {LAG_S * 1000:.0f} ms): "
+            f"the client read the typical request {l50 * 1000:.0f} ms late "
+            f"(lag p50 > {LAG_S * 1000:.0f} ms): "
             "it was saturated (or the server's HTTP layer was); add Locust workers (--workers) or "
             "lower the users per worker"
         )
@@ -211,7 +212,8 @@ def self_check(
     sched99 = float(np.percentile(lag, 99)) if lag.size else None
     if sched99 is not None and sched99 > SCHEDULE_LAG_S:
         reasons.append(
-            f"open-loop schedule lag p99 is {sched99 * 1000:.0f} ms (> {SCHEDULE_LAG_S * 1000:.0f} ms): requests "
+            f"open-loop schedule lag p99 is {sched99 * 1000:.0f} ms "
+            f"(> {SCHEDULE_LAG_S * 1000:.0f} ms): requests "
             "left late, so the offered load was lower than asked; add users (slots) or workers"
         )
     cpu = cpu_warnings(run or {}, log_warnings)

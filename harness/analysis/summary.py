@@ -27,8 +27,10 @@ from harness.analysis.stats import distribution
 from harness.bundle.jsonfile import json_safe, write_json
 from harness.bundle.read import Bundle, measured, read_bundle
 from harness.bundle.schema import SUMMARY
+from harness.formatting import ms
 
 SCHEMA = "kvscope.summary/1"
+NA = "n/a"  # a figure the run did not measure, in the verdict sentences
 
 
 def slos_from_run(run: dict[str, Any]) -> Slos:
@@ -166,18 +168,16 @@ def headline_figures(s: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _ms(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 1000:.0f} ms"
-
-
 def verdicts(s: dict[str, Any]) -> list[str]:
     """A few sentences a serving engineer reads first."""
     lat, tp, srv = s["latency"], s["throughput"], s["server"]
     lines = [
         f"{s['requests']['ok']} of {s['requests']['total']} requests succeeded; "
-        f"{tp['requests_per_s']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s over {tp['window_s']:.1f} s.",
-        f"TTFT p50 {_ms(lat['ttft']['p50'])}, p99 {_ms(lat['ttft']['p99'])}; TPOT p50 {_ms(lat['tpot']['p50'])}, "
-        f"p99 {_ms(lat['tpot']['p99'])}; E2E p99 {_ms(lat['e2e']['p99'])}.",
+        f"{tp['requests_per_s']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s "
+        f"over {tp['window_s']:.1f} s.",
+        f"TTFT p50 {ms(lat['ttft']['p50'], missing=NA)}, p99 {ms(lat['ttft']['p99'], missing=NA)}; "
+        f"TPOT p50 {ms(lat['tpot']['p50'], missing=NA)}, "
+        f"p99 {ms(lat['tpot']['p99'], missing=NA)}; E2E p99 {ms(lat['e2e']['p99'], missing=NA)}.",
     ]
     if s["slos"]:
         g = s["goodput"]

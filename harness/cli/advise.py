@@ -19,6 +19,8 @@ import argparse
 import json
 import sys
 
+from exporter.units import duration
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -32,7 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--live", metavar="EXPORTER_URL", help="advise from a running exporter's /api/v1/samples instead"
     )
     p.add_argument(
-        "--window", default="5m", metavar="DURATION", help="with --live: how far back to look (default 5m)"
+        "--window",
+        type=duration,
+        default="5m",
+        metavar="DURATION",
+        help="with --live: how far back to look (default 5m)",
     )
     p.add_argument(
         "--no-replay", action="store_true", help="skip the what-if replays (verdicts stay unverified)"
@@ -69,14 +75,9 @@ def run(args: argparse.Namespace) -> int:
 def _live(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from exporter.cli import duration
     from harness.advisor.live import live_advice, render_live
 
-    try:
-        window = duration(args.window)
-    except argparse.ArgumentTypeError as exc:
-        return _error(str(exc))
-    results = live_advice(args.live, window)
+    results = live_advice(args.live, args.window)
     if args.json:
         print(
             json.dumps(

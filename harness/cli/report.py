@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report",
         help="write report.md and a self-contained report.html for a results bundle or sweep",
-        description="Analyse a results bundle (from `kvscope run`) or a sweep folder (from `kvscope sweep`) and "
+        description="Analyse a results bundle (from `kvscope run`) or a sweep folder "
+        "(from `kvscope sweep`) and "
         "write the report: advice first, the measurement self-check, latency percentiles and CDFs, "
         "throughput and goodput, KV usage over time, latency by KV-usage band, before/after "
         "preemptions, client vs server timing, errors and request lengths.",
@@ -51,7 +52,7 @@ def _report(args: argparse.Namespace) -> int:
     from harness.analysis.slo import parse_slos
     from harness.analysis.summary import write_summary
     from harness.bundle.schema import SWEEP_JSON, BundleError
-    from harness.report import write_report
+    from harness.report.write import write_report
 
     d = Path(args.dir)
     try:

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import gevent
 from gevent.lock import Semaphore
@@ -30,24 +30,27 @@ from harness.load.transport import (
     wait_until,
     write_status,
 )
-from harness.workload.arrivals import ArrivalSchedule
+from harness.workload.arrivals import ArrivalKind, ArrivalSchedule
 from harness.workload.calibration import Calibration
 from harness.workload.options import DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S
+from harness.workload.record import Endpoint
 
 log = logging.getLogger("kvscope.locust")
+# local: one process that sends and collects; worker: sends; master: collects, runs no users.
+Role = Literal["local", "master", "worker"]
 SCHEDULE_LEAD_S = 0.5  # open-loop arrivals start this long after test_start, once users exist
 
 
 @dataclass(frozen=True, slots=True)
 class CommonOptions:
-    endpoint: str = "chat"
+    endpoint: Endpoint = "chat"
     model: str = ""
     api_key: str = ""
     temperature: float = 0.0
     ignore_eos: bool = True
     seed: int = 0
     rate: float = 0.0
-    arrival: str = "poisson"
+    arrival: ArrivalKind = "poisson"
     think_time: float = 0.0
     request_timeout: float = REQUEST_TIMEOUT_S
     drain_timeout: float = DRAIN_TIMEOUT_S
@@ -86,7 +89,7 @@ class ServerInfo:
 @dataclass(slots=True)
 class RunContext:
     environment: Any
-    role: str  # "local" | "master" | "worker"
+    role: Role
     worker_id: str
     worker_index: int = 0
     worker_count: int = 1
@@ -131,7 +134,7 @@ def context(environment: Any) -> RunContext:
     return ctx
 
 
-def _role(runner: Any) -> str:
+def _role(runner: Any) -> Role:
     name = type(runner).__name__
     return "master" if name == "MasterRunner" else "worker" if name == "WorkerRunner" else "local"
 

@@ -1,6 +1,6 @@
 """`LLMUser`: a Locust user that streams OpenAI-compatible chat or completion requests.
 
-Per request it records (see `request_record.py` for the schema): wall-clock send time,
+Per request it records (see `harness.workload.record` for the schema): wall-clock send time,
 TTFT, every inter-token gap, E2E, prompt and output tokens from the server's `usage`
 (or a chunk count, marked `usage_source="client_count"`, when a server gives none),
 finish reason, status, error class and the reference engine's per-request timings.
@@ -11,7 +11,7 @@ Why it looks the way it does:
   it, and this class fires its own events instead — "TTFT <endpoint>" and "E2E <endpoint>"
   (failures under E2E with their error class) — so the web UI and CSVs show real figures
   and the E2E rows count every request exactly once.
-- The body is read with `stream.readline(b"\\n")` (see `sse_stream.py`), and the request
+- The body is read with `stream.readline(b"\\n")` (see `harness.workload.sse`), and the request
   asks for `Accept-Encoding: identity`: a compressed event stream would arrive in bursts.
 - Subclasses (the workloads in `loadtests/`) only say *what* to send: `next_request()`,
   or `offsets()` + `request_for_slot()` for open-loop schedules.

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x * 1000:.0f} ms"
+from harness.formatting import ms
 
 
 def print_summary(summary: dict, out: Path) -> None:
@@ -17,9 +15,10 @@ def print_summary(summary: dict, out: Path) -> None:
     print(
         f"\nrequests: {c['ok']} ok, {c['failed']} failed ({errors})\n"
         f"throughput: {c['req_per_s']:.2f} req/s, {c['output_tok_per_s']:.1f} output tok/s\n"
-        f"TTFT p50 {_ms(c['ttft_s']['p50'])} p99 {_ms(c['ttft_s']['p99'])} | ITL p50 {_ms(c['itl_s']['p50'])} "
-        f"p99 {_ms(c['itl_s']['p99'])} | E2E p50 {_ms(c['e2e_s']['p50'])} p99 {_ms(c['e2e_s']['p99'])}\n"
-        f"server: peak KV usage {'-' if kv is None else f'{kv:.1%}'}, preemptions {s.get('preemptions', '-')}, "
+        f"TTFT p50 {ms(c['ttft_s']['p50'])} p99 {ms(c['ttft_s']['p99'])} | ITL p50 {ms(c['itl_s']['p50'])} "
+        f"p99 {ms(c['itl_s']['p99'])} | E2E p50 {ms(c['e2e_s']['p50'])} p99 {ms(c['e2e_s']['p99'])}\n"
+        f"server: peak KV usage {'-' if kv is None else f'{kv:.1%}'}, "
+        f"preemptions {s.get('preemptions', '-')}, "
         f"prefix hit ratio {'-' if hit is None else f'{hit:.1%}'}\n"
         f"bundle: {out}"
     )

@@ -199,7 +199,8 @@ def start_locust(run: Run) -> None:
         )
     if cfg.remote_workers:
         run.say(
-            f"waiting for {cfg.remote_workers} remote worker(s): kvscope worker --master <this host>:{run.master_port}"
+            f"waiting for {cfg.remote_workers} remote worker(s): "
+            f"kvscope worker --master <this host>:{run.master_port}"
         )
     run.say(
         f"{cfg.workload}: {f'rate {cfg.rate:.3g}/s, ' if cfg.rate else ''}{cfg.users} users, "

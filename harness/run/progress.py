@@ -15,6 +15,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.formatting import ms
+
 WINDOW_S = 10.0
 
 
@@ -51,10 +53,6 @@ def _pct(values: list[float], q: float) -> float:
         return math.nan
     values = sorted(values)
     return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
-
-
-def _ms(x: float) -> str:
-    return "-" if x != x else f"{x * 1000:.0f}ms"
 
 
 @dataclass(slots=True)
@@ -118,7 +116,8 @@ class Progress:
             else f"{self.preemptions_last - (self.preemptions_first or 0):.0f}"
         )
         return (
-            f"[{now - self.started:5.0f}s] users {status.get('user_count', '-')} | {len(oks) / span:5.1f} req/s | "
-            f"{sum(w[2] for w in oks) / span:7.1f} tok/s | TTFT p50 {_ms(_pct(ttfts, 0.5))} p99 {_ms(_pct(ttfts, 0.99))}"
+            f"[{now - self.started:5.0f}s] users {status.get('user_count', '-')} | "
+            f"{len(oks) / span:5.1f} req/s | {sum(w[2] for w in oks) / span:7.1f} tok/s | "
+            f"TTFT p50 {ms(_pct(ttfts, 0.5), unit='ms')} p99 {ms(_pct(ttfts, 0.99), unit='ms')}"
             f" | KV {kv} | preempted {pre} | ok {self.ok} failed {self.failed}"
         )

@@ -88,7 +88,7 @@ def execute(
     cfg: SweepConfig, say=lambda m: print(f"kvscope sweep: {m}", file=sys.stderr, flush=True)
 ) -> dict[str, Any]:
     """Run every point, write sweep.json/csv and the reports; returns sweep.json's content."""
-    from harness.report import write_report
+    from harness.report.write import write_report
 
     (cfg.out / "logs").mkdir(parents=True, exist_ok=True)
     engine = None

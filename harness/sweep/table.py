@@ -14,6 +14,7 @@ from harness.analysis.knee import find_knee, highest_meeting
 from harness.analysis.slo import parse_slos
 from harness.bundle.jsonfile import write_json
 from harness.bundle.schema import SWEEP_JSON
+from harness.formatting import ms
 from harness.sweep.config import SweepConfig
 
 SCHEMA = "kvscope.sweep/1"
@@ -109,18 +110,15 @@ def write_results(cfg: SweepConfig, rows: list[dict[str, Any]], status: str, tar
 
 
 def format_table(result: dict[str, Any]) -> str:
-    head = f"{'load':>10} {'req/s':>7} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p99':>9} {'E2E p99':>9} {'SLO ok':>7} reliable"
-    lines = [head]
+    latencies = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s")
+    head = f"{'load':>10} {'req/s':>7} {'out tok/s':>10} "
+    head += " ".join(f"{h:>9}" for h in ("TTFT p50", "TTFT p99", "TPOT p99", "E2E p99"))
+    lines = [f"{head} {'SLO ok':>7} reliable"]
     for p in result["points"]:
-
-        def ms(k: str, p=p) -> str:
-            return "-" if p[k] is None else f"{p[k] * 1000:.0f}ms"
-
         att = "-" if p["attainment"] is None else f"{p['attainment']:.0%}"
-        lines.append(
-            f"{p['load_label']:>10} {p['requests_per_s']:>7.2f} {p['output_tokens_per_s']:>10.1f} {ms('ttft_p50_s'):>9} "
-            f"{ms('ttft_p99_s'):>9} {ms('tpot_p99_s'):>9} {ms('e2e_p99_s'):>9} {att:>7} {'yes' if p['reliable'] else 'NO'}"
-        )
+        row = f"{p['load_label']:>10} {p['requests_per_s']:>7.2f} {p['output_tokens_per_s']:>10.1f} "
+        row += " ".join(f"{ms(p[k], unit='ms'):>9}" for k in latencies)
+        lines.append(f"{row} {att:>7} {'yes' if p['reliable'] else 'NO'}")
     knee = result.get("knee") or {}
     lines.append(knee.get("explanation") or "no points")
     lines.append(result.get("best_explanation") or "")

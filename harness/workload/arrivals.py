@@ -18,7 +18,9 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+ArrivalKind = Literal["poisson", "constant"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +82,7 @@ class ArrivalSchedule:
         return None
 
 
-def make_offsets(kind: str, rate: float, seed: int) -> Iterator[tuple[float, None]]:
+def make_offsets(kind: ArrivalKind, rate: float, seed: int) -> Iterator[tuple[float, None]]:
     if rate <= 0:
         raise ValueError(f"an open-loop rate must be positive, got {rate}")
     if kind == "poisson":

@@ -16,7 +16,10 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
+
+from harness.workload.arrivals import ArrivalKind
+from harness.workload.record import Endpoint
 
 LOADTESTS = Path(__file__).resolve().parents[2] / "loadtests"
 REQUEST_TIMEOUT_S = 300.0  # without a byte from the server, a request has timed out
@@ -65,7 +68,7 @@ COMMON: tuple[Option, ...] = (
         str,
         "chat",
         "OpenAI endpoint: /v1/chat/completions or /v1/completions",
-        ("chat", "completions"),
+        get_args(Endpoint),
     ),
     Option("--model", str, "", "model name to send (default: the first one /v1/models lists)"),
     Option("--api-key", str, "", "bearer token for the server's /v1 API", secret=True),
@@ -81,9 +84,10 @@ COMMON: tuple[Option, ...] = (
         "--rate",
         float,
         0.0,
-        "open loop: requests per second in total, independent of responses (0: closed loop, each user sends when its last answer is in)",
+        "open loop: requests per second in total, independent of responses "
+        "(0: closed loop, each user sends when its last answer is in)",
     ),
-    Option("--arrival", str, "poisson", "open-loop arrival process", ("poisson", "constant")),
+    Option("--arrival", str, "poisson", "open-loop arrival process", get_args(ArrivalKind)),
     Option("--think-time", float, 0.0, "closed loop: seconds a user waits between requests"),
     Option(
         "--request-timeout",
@@ -117,7 +121,8 @@ WORKLOADS: dict[str, WorkloadSpec] = {
     for spec in (
         WorkloadSpec(
             "chat",
-            "ShareGPT-like chat: lengths from the vLLM paper's ShareGPT statistics, or from a ShareGPT JSON file",
+            "ShareGPT-like chat: lengths from the vLLM paper's ShareGPT statistics, "
+            "or from a ShareGPT JSON file",
             (
                 Option(
                     "--dataset", str, "", "ShareGPT-format JSON file to take (prompt, output) lengths from"
@@ -174,7 +179,8 @@ WORKLOADS: dict[str, WorkloadSpec] = {
                     "--trace",
                     str,
                     "",
-                    "JSON-lines trace (arrival_s|timestamp ms, prompt_tokens|input_length, output_tokens|output_length, optional hash_ids)",
+                    "JSON-lines trace (arrival_s|timestamp ms, prompt_tokens|input_length, "
+                    "output_tokens|output_length, optional hash_ids)",
                 ),
                 Option(
                     "--time-scale", float, 1.0, "multiply trace times by this (0.5 replays twice as fast)"

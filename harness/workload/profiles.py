@@ -1,5 +1,5 @@
 """User-count profiles over time, as pure functions (Locust-free, so they test and plot
-without gevent); `workload_common.StepAndSpikeShape` turns one into a LoadTestShape."""
+without gevent); `harness.load.shapes.StepAndSpikeShape` turns one into a LoadTestShape."""
 
 from __future__ import annotations
 

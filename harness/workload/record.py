@@ -5,7 +5,7 @@ columns freely, never rename or drop one. Invariants a record keeps:
 - `ok` is True exactly when `error_class` is None.
 - Times are seconds. `send_time_unix` is wall clock (to line requests up with scraped server
   samples); `ttft_s`, `e2e_s` and `itl_s` come from a monotonic clock started at the send.
-- `ttft_s` and `itl_s` count chunks that carry output (see `sse_stream._is_token`: a
+- `ttft_s` and `itl_s` count chunks that carry output (see `sse._is_token`: a
   content string, even "", or reasoning text), as vLLM's benchmark does; `num_chunks`
   counts them too.
 - `output_tokens` is the server's `usage.completion_tokens` when `usage_source == "server"`;
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import socket
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 # Error classes, most specific first. A request that never got an HTTP response is
 # connect_error or timeout; one that got a non-200 is http_4xx / http_5xx; one whose stream
@@ -27,16 +27,12 @@ from typing import Any
 # that finished without a single generated chunk is no_tokens; one still streaming when the
 # run's drain time ran out is aborted (the server counts it as an abort too). client_error
 # means the client itself raised (a kvscope bug, never the server's fault).
-ERROR_CLASSES: tuple[str, ...] = (
-    "connect_error",
-    "timeout",
-    "http_4xx",
-    "http_5xx",
-    "stream_error",
-    "no_tokens",
-    "aborted",
-    "client_error",
-)
+ErrorClass = Literal[
+    "connect_error", "timeout", "http_4xx", "http_5xx", "stream_error", "no_tokens", "aborted", "client_error"
+]
+Endpoint = Literal["chat", "completions"]
+Phase = Literal["measure", "calibration"]  # calibration: the probes that measure tokens per word
+UsageSource = Literal["server", "client_count", "none"]  # "none": failed before any chunk
 
 NAN = math.nan
 
@@ -46,7 +42,7 @@ class RequestRecord:
     request_id: str
     worker_id: str
     workload: str
-    endpoint: str  # "chat" or "completions"
+    endpoint: Endpoint
     send_time_unix: float
     scheduled_time_unix: float = NAN
     schedule_lag_s: float = NAN
@@ -56,13 +52,13 @@ class RequestRecord:
     num_chunks: int = 0
     prompt_tokens: int | None = None
     output_tokens: int | None = None
-    usage_source: str = "none"  # "server", "client_count" or "none" (failed before any chunk)
+    usage_source: UsageSource = "none"
     cached_tokens: int | None = None
     target_prompt_tokens: int | None = None
     target_output_tokens: int | None = None
     finish_reason: str | None = None
     status_code: int = 0
-    error_class: str | None = None
+    error_class: ErrorClass | None = None
     ok: bool = False
     server_queue_time_s: float = NAN
     server_prefill_time_s: float = NAN
@@ -74,7 +70,7 @@ class RequestRecord:
     # Extra columns (not part of the fixed contract above, but stable):
     server_arrival_unix: float = NAN  # server's wall clock when the request reached its handler
     error_message: str | None = None
-    phase: str = "measure"  # "calibration" for the length-calibration probes
+    phase: Phase = "measure"
     n: int = 1  # choices requested (parallel sampling)
     prefix_id: int | None = None  # which shared prefix (shared_prefix / replay hash groups)
     # Prompt fingerprint (harness.workload.fingerprint): content-defined chunk hashes, so the
@@ -86,7 +82,7 @@ class RequestRecord:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def set_error(self, error_class: str, message: str | None = None) -> None:
+    def set_error(self, error_class: ErrorClass, message: str | None = None) -> None:
         """Record the first error only: a stream error after an HTTP error adds nothing."""
         if self.error_class is None:
             self.error_class = error_class
@@ -110,7 +106,7 @@ class RequestRecord:
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 
 
-def classify_exception(exc: BaseException, during_stream: bool) -> str:
+def classify_exception(exc: BaseException, during_stream: bool) -> ErrorClass:
     """Map a client-side exception to an error class.
 
     Timeouts are their own class wherever they happen (a slow server is not a broken one);
@@ -125,7 +121,7 @@ def classify_exception(exc: BaseException, during_stream: bool) -> str:
     return "client_error"
 
 
-def http_error_class(status: int) -> str | None:
+def http_error_class(status: int) -> ErrorClass | None:
     if 400 <= status < 500:
         return "http_4xx"
     if status >= 500:

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+from harness.workload.record import Endpoint, Phase
+
+PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
 @dataclass(slots=True)
@@ -26,12 +28,12 @@ class RequestSpec:
     target_prompt_tokens: int | None = None
     target_output_tokens: int | None = None
     prefix_id: int | None = None
-    phase: str = "measure"
+    phase: Phase = "measure"
 
 
 def body(
     spec: RequestSpec,
-    endpoint: str,
+    endpoint: Endpoint,
     model: str,
     temperature: float,
     ignore_eos: bool,

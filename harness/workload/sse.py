@@ -2,7 +2,7 @@
 
 Why line reads: geventhttpclient's response buffers when iterated or read(n) — events then
 arrive in bursts and TTFT and inter-token gaps are wrong by hundreds of milliseconds with no
-error (measured; see shared/reference/streaming-client-notes.md). `readline(b"\\n")` returns
+error (measured). `readline(b"\\n")` returns
 each SSE line as soon as it is on the socket. SSE lines end in `\\n` (geventhttpclient's
 default separator is `\\r\\n`, which would never match).
 

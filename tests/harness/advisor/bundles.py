@@ -75,7 +75,8 @@ def prompt_text(req: Req, index: int, timestamped: bool) -> str:
         return _words(own, req.prompt_tokens)
     shared = _words(random.Random(104_729 * (req.prefix_group + 1)), req.prefix_tokens)
     if timestamped:
-        stamp = f"Now: 2026-01-{1 + index % 28:02d}T{index % 24:02d}:{index * 7 % 60:02d}:{index * 13 % 60:02d}Z. "
+        clock = f"{index % 24:02d}:{index * 7 % 60:02d}:{index * 13 % 60:02d}"
+        stamp = f"Now: 2026-01-{1 + index % 28:02d}T{clock}Z. "
         shared = stamp + shared[len(stamp) :]
     return shared + _words(own, req.prompt_tokens - req.prefix_tokens)
 

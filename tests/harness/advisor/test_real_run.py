@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
+from harness.run.commands import kvscope_command
 from tests.support.servers import ROOT, kvscope_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def kvscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
+    return subprocess.run(kvscope_command(*args), capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")

@@ -72,7 +72,7 @@ def test_sliding_window_layers_are_capped_at_the_window():
 def test_reproduces_vllm_fp8_doc_qwen3_4b_on_l4():
     """vllm-project/vllm docs/features/quantization/quantized_kvcache.md (vLLM 0.25.1, L4, Qwen3-4B,
     max-model-len 32768, 'Available KV cache memory' 11.47 GiB): auto 83,488 tokens / 2.55x,
-    fp8 166,992 tokens / 5.10x (quoted in /work/shared/reference/sizing-and-dashboards.md A1).
+    fp8 166,992 tokens / 5.10x.
     The GiB figure is logged to 2 decimals (+-0.005 GiB = +-0.044%), hence 0.1% tolerance."""
     m, l4 = get_model("qwen3-4b"), get_gpu("l4")
     auto = sizing.plan(m, l4, kv_budget=round(11.47 * GiB), max_model_len=32_768)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis.summary import summarize, write_summary
-from harness.report import write_report
+from harness.report.write import write_report
 from tests.harness.analysis.runs import engine, kvscope
 from tests.support.browser import open_in_chromium
 

@@ -8,7 +8,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from exporter.app import make_app
 from exporter.runner import Exporter, Options
 from exporter.scrape import Target
 from harness.bundle.deployment import BUNDLED, of_config
+from harness.run.commands import kvscope_command
 from reference_engine.config import EngineConfig
 from reference_engine.sim.engine import SimSpec
 from tests.harness.advisor.bundles import long_requests, simulate_bundle
@@ -29,7 +29,7 @@ from tests.support.synthetic_metrics import EngineState, vllm_v1_exposition
 
 def kvscope(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args],
+        kvscope_command(*args),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -1,4 +1,4 @@
-"""Locust processes never import torch (DESIGN.md): loading any locustfile stays light."""
+"""Locust processes never import torch or the engine: loading any locustfile stays light."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def test_locustfiles_and_user_class_do_not_import_torch() -> None:
         "import harness.load.user, harness.load.fixed_length\n"
         f"for name in {LOADTESTS!r}:\n"
         "    importlib.import_module('loadtests.' + name)\n"
-        "print(json.dumps({'torch': 'torch' in sys.modules, 'reference_engine': 'reference_engine' in sys.modules}))\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules,\n"
+        "                  'reference_engine': 'reference_engine' in sys.modules}))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True

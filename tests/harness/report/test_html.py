@@ -9,7 +9,7 @@ import re
 import pytest
 
 from harness.advisor.record import Advice, Verdict
-from harness.report import write_report
+from harness.report.write import write_report
 from tests.harness.bundle.factory import Spec, make_bundle
 from tests.support.browser import CHROMIUM, open_in_chromium
 
@@ -84,7 +84,10 @@ def test_the_browser_check_does_see_errors_and_broken_images(tmp_path):
 
 def test_advisor_markdown_and_advice_json(tmp_path):
     d = _evil_bundle(tmp_path)
-    advice_md = "## Advice\n\n### Verdict\n**Add KV memory** for <b>this</b> model.\n\n1. quantize\n   - Effect: 2x\n2. cut context"
+    advice_md = (
+        "## Advice\n\n### Verdict\n**Add KV memory** for <b>this</b> model.\n\n"
+        "1. quantize\n   - Effect: 2x\n2. cut context"
+    )
     html = write_report(d, advice_markdown=advice_md).read_text()
     advice = html[html.index("<h2>Advice</h2>") : html.index("<h2>Measurement self-check</h2>")]
     assert "<h5>Verdict</h5>" in advice and "<strong>Add KV memory</strong>" in advice

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from harness.results import load
+from harness.run.commands import kvscope_command
 from tests.support.servers import (
     ROOT,
     engine,
@@ -148,10 +149,7 @@ def test_plain_locust_runs_a_workload(engine_url, tmp_path):
 def test_interrupt_mid_run_writes_a_consistent_bundle(tmp_path):
     out = tmp_path / "b"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
+        kvscope_command(
             "run",
             "--quiet",
             "--workload",
@@ -168,7 +166,7 @@ def test_interrupt_mid_run_writes_a_consistent_bundle(tmp_path):
             "32",
             "--out",
             str(out),
-        ],
+        ),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
