@@ -9,7 +9,7 @@
 `itl_s` is a list per row), `measured` the requests that count (calibration probes
 excluded), `server` one row per exporter sample (time_unix, target, model, instance, up and
 every canonical quantity), `run` and `summary` the JSON files as dicts. A folder that is not
-a complete bundle raises `harness.bundle.schema.BundleError`.
+a complete bundle raises `harness.bundle.errors.BundleError`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.bundle.errors import BundleError
 from harness.bundle.jsonfile import read_json_object
-from harness.bundle.schema import BundleError
 
 ADVICE_JSON = "advice.json"
 

@@ -38,8 +38,8 @@ from harness.advisor.run_inputs import RunInputs
 from reference_engine.catalogue import get_gpu, get_model
 from reference_engine.config import EngineConfig
 from reference_engine.sim.cost_model import CostModel
-from reference_engine.sim.engine import SimSpec
 from reference_engine.sim.replay import ReplayResult, TraceRequest, replay_trace
+from reference_engine.sim.spec import SimSpec
 
 VERIFY_TTFT_GAIN = 0.05
 UNFINISHED_ERRORS = ("timeout", "stream_error")

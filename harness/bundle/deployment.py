@@ -22,7 +22,7 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from harness.bundle.schema import BundleError
+from harness.bundle.errors import BundleError
 from reference_engine.config import EngineConfig
 
 ServerKind = Literal["bundled engine", "bundled simulator", "target"]

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.bundle.schema import BundleError
+from harness.bundle.errors import BundleError
 
 
 def json_safe(x: Any) -> Any:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from harness.bundle.deployment import DeploymentFacts
+from harness.bundle.errors import BundleError
 from harness.bundle.jsonfile import read_json_object
 from harness.bundle.schema import (
     REQUEST_COLUMNS,
@@ -34,7 +35,6 @@ from harness.bundle.schema import (
     SERVER_COLUMNS,
     SUMMARY,
     TEXT_COLUMNS,
-    BundleError,
 )
 
 _NUMERIC_REQUEST_COLUMNS = (

@@ -30,10 +30,6 @@ REQUIRED_FILES = (RUN_JSON, REQUESTS, SERVER)
 REQUIRED_REQUEST_COLUMNS = ("send_time_unix", "prompt_tokens", "output_tokens")
 
 
-class BundleError(ValueError):
-    """A folder that is not a readable results bundle; the message names the file and why."""
-
-
 def _arrow_type(hint: object) -> pa.DataType:
     """The parquet type of a record field: `X | None` is X (nullable), a Literal of strings
     is a string, `list[X]` a list of X."""

@@ -62,7 +62,7 @@ def _error(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from harness.advisor.errors import AdvisorError
-    from harness.bundle.schema import BundleError
+    from harness.bundle.errors import BundleError
 
     if bool(args.bundle) == bool(args.live):
         return _error("give a bundle folder DIR or --live EXPORTER_URL (one of them)")

@@ -51,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _report(args: argparse.Namespace) -> int:
     from harness.analysis.slo import parse_slos
     from harness.analysis.summary import write_summary
-    from harness.bundle.schema import SWEEP_JSON, BundleError
+    from harness.bundle.errors import BundleError
+    from harness.bundle.schema import SWEEP_JSON
     from harness.report.write import write_report
 
     d = Path(args.dir)

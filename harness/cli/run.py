@@ -10,6 +10,7 @@ import argparse
 
 from exporter.units import host_port
 from harness.cli.load_flags import add_engine_flags, add_workload_options
+from harness.run.engine_flags import STARTUP_TIMEOUT_S
 from harness.workload.options import WORKLOADS
 
 RUN_EPILOG = """\
@@ -89,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--startup-timeout",
         type=float,
-        default=300.0,
+        default=STARTUP_TIMEOUT_S,
         metavar="S",
         help="seconds to wait for the bundled engine's /health (default 300)",
     )

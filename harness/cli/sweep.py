@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from harness.cli.load_flags import add_engine_flags, add_workload_options
+from harness.run.engine_flags import STARTUP_TIMEOUT_S
 from harness.workload.options import WORKLOADS
 
 SWEEP_EPILOG = """\
@@ -90,7 +91,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the bundled engine's --model (default tiny-random); with --target, the model to request",
     )
     p.add_argument(
-        "--startup-timeout", type=float, default=300.0, metavar="S", help="seconds to wait for the engine"
+        "--startup-timeout",
+        type=float,
+        default=STARTUP_TIMEOUT_S,
+        metavar="S",
+        help="seconds to wait for the engine",
     )
     p.add_argument("--workers", type=int, default=1, help="Locust worker processes per point (default 1)")
     p.add_argument(

@@ -19,7 +19,7 @@ from typing import Any
 from exporter.units import parse_duration
 from harness.bundle.deployment import DeploymentFacts
 from harness.run.deployment import bundled_facts
-from harness.run.engine_flags import engine_argv
+from harness.run.engine_flags import STARTUP_TIMEOUT_S, engine_argv
 from harness.workload.options import (
     DRAIN_TIMEOUT_S,
     REQUEST_TIMEOUT_S,
@@ -60,7 +60,7 @@ class RunConfig:
     engine_argv: list[str] = field(default_factory=list)
     drain_timeout_s: float = DRAIN_TIMEOUT_S
     request_timeout_s: float = REQUEST_TIMEOUT_S
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = STARTUP_TIMEOUT_S
     progress: bool = True
     api_key: str = ""
     deployment: DeploymentFacts | None = None

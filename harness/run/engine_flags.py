@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from reference_engine.engine_args import EngineArg, engine_args
 
+STARTUP_TIMEOUT_S = 300.0  # how long the bundled engine may take to answer /health (model load)
 RENAMED = {"--seed": "--engine-seed"}
 OWN_FLAGS = frozenset({"--model"})
 SERVER_FLAGS = frozenset({"--served-model-name"})

@@ -5,10 +5,8 @@ Order matters at both ends. Start: the target must answer before anything measur
 Ctrl-C alike: Locust first (SIGTERM: it drains in-flight requests and the workers' last
 records reach the master), then one more exporter scrape so the server's counters include
 the last requests, then the exporter, then the engine. The bundle is written whatever
-happened, from what reached disk; run.json says how the run ended.
-
-Exit status: 0 when requests succeeded; 1 when none did, or Locust could not run; 2 for a
-configuration error or an unreachable target; 130 after Ctrl-C (the bundle is still written).
+happened, from what reached disk (`finish`); run.json says how the run ended. A
+configuration error exits 2 before anything starts.
 """
 
 from __future__ import annotations
@@ -18,14 +16,8 @@ import json
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from harness import procs
-from harness.analysis.summary import write_summary
-from harness.bundle.jsonfile import write_json
-from harness.bundle.write import write_bundle
+from harness.run import procs
 from harness.run.commands import (
     connect_host,
     engine_command,
@@ -33,58 +25,13 @@ from harness.run.commands import (
     master_command,
     worker_command,
 )
-from harness.run.config import ConfigError, RunConfig, from_args, redact
-from harness.run.console import print_summary
-from harness.run.deployment import stated_facts
+from harness.run.config import ConfigError, RunConfig, from_args
+from harness.run.finish import finish
 from harness.run.progress import JsonlTail, Progress
+from harness.run.state import Run, RunFailed
 
 REACH_TIMEOUT_S = 4.0  # per probe of a --target; two probes keep an unreachable target under 10 s
 PROGRESS_EVERY_S = 2.0
-
-
-class RunFailed(Exception):
-    """The run cannot go on; `code` is the exit status."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(slots=True)
-class Run:
-    cfg: RunConfig
-    children: dict[str, procs.Child] = field(default_factory=dict)
-    interrupts: int = 0
-    target_url: str = ""
-    exporter_url: str | None = None
-    exporter_ok: bool | None = None  # None: not confirmed yet
-    master_port: int = 0
-    notes: list[str] = field(default_factory=list)
-    models: list[dict] = field(default_factory=list)
-    started_unix: float = field(default_factory=time.time)
-
-    @property
-    def paths(self) -> dict[str, Path]:
-        out = self.cfg.out
-        return {
-            "logs": out / "logs",
-            "raw": out / "raw",
-            "records": out / "raw" / "records.jsonl",
-            "status": out / "raw" / "locust_status.json",
-            "exporter": out / "raw" / "exporter",
-            "csv": out / "locust" / "locust",
-        }
-
-    def say(self, message: str) -> None:
-        print(f"kvscope run: {message}", file=sys.stderr, flush=True)
-
-    def on_sigint(self, signum: int, frame: Any) -> None:
-        self.interrupts += 1
-        self.say(
-            "interrupted: stopping the load test and writing the bundle (Ctrl-C again to stop at once)"
-            if self.interrupts == 1
-            else "stopping at once"
-        )
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -267,56 +214,3 @@ def stop_all(run: Run) -> int | None:
     if engine is not None:
         engine.stop(signal.SIGTERM, timeout_s=20.0)
     return master_rc
-
-
-def finish(run: Run, failure: RunFailed | None, master_rc: int | None) -> int:
-    cfg = run.cfg
-    ended = time.time()
-    status = "failed" if failure else "interrupted" if run.interrupts else "completed"
-    info = {
-        "status": status,
-        "failure": str(failure) if failure else None,
-        "notes": run.notes,
-        "started_unix": run.started_unix,
-        "ended_unix": ended,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(run.started_unix)),
-        "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(ended)),
-        "target": cfg.target or run.target_url,
-        "bundled_engine": cfg.target is None,
-        "server_models": run.models,
-        "deployment": (cfg.deployment or stated_facts(run.models, cfg.model)).to_json(),
-        "config": cfg.to_dict(),
-        "locust_master_exit_code": master_rc,
-        "commands": {name: redact(c.argv) for name, c in run.children.items()},
-    }
-    try:
-        write_bundle(cfg.out, info, run.paths["records"], run.paths["exporter"])
-        summary = write_summary(cfg.out)
-    except Exception as exc:  # keep the raw files and say so, rather than lose the reason
-        write_json(cfg.out / "run.json", info)
-        run.say(f"error: could not write the bundle ({exc!r}); raw files are in {run.paths['raw']}")
-        return 1
-    print_summary(summary, cfg.out)
-    if summary["client"]["ok"]:
-        run.say("advising and writing the report (what-if replays on the simulator)...")
-        try:
-            from harness.postprocess import advise_and_report
-
-            advice = advise_and_report(cfg.out)
-            run.say(f"advice: {len(advice['verdicts'])} verdict(s); report: {cfg.out / 'report.html'}")
-        except Exception as exc:  # the bundle is written; a failed report must not hide that
-            run.say(
-                f"warning: could not write the advice and report ({exc!r}); "
-                f"retry with: kvscope advise {cfg.out}"
-            )
-    if failure:
-        return failure.code
-    if run.interrupts:
-        return 130
-    if summary["client"]["ok"] == 0:
-        run.say(
-            "error: no request succeeded (errors by class: "
-            f"{summary['client']['errors_by_class'] or 'none sent'}); see {cfg.out}/logs"
-        )
-        return 1
-    return 0

@@ -19,6 +19,7 @@ from harness.run.config import (
     target_url,
     workload_argv,
 )
+from harness.run.engine_flags import STARTUP_TIMEOUT_S
 
 SweepMode = Literal["rate", "concurrency"]
 
@@ -36,7 +37,7 @@ class SweepConfig:
     model: str | None = None
     run_args: list[str] = field(default_factory=list)  # passed to every `kvscope run` verbatim
     engine_args: list[str] = field(default_factory=list)  # passed to `kvscope engine serve`
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = STARTUP_TIMEOUT_S
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
