@@ -1,10 +1,9 @@
-"""The `kvscope` command line: one parser module per subcommand, argparse only.
-
-Every module here is import-light (argparse, the option specs in `harness.workload.options`
-and `harness.run.engine_flags`, the grammar of `exporter.units`): `kvscope --help` must not
-import Locust, pandas or torch. Handlers import the package that does the work (`harness.run`,
-`harness.sweep`, `harness.advisor`, `harness.report`, ...) when they run. Nothing imports
-`harness.cli` except the entry point (`kvscope`, `python -m harness.cli`).
+"""The `kvscope` command line: one parser module per subcommand, argparse only. Every module
+here is import-light — argparse, the option declarations (`harness.workload.options`,
+`harness.run.engine_flags`) and `exporter.units` — so `kvscope --help` imports no Locust,
+pandas or torch; each handler imports the package that does the work (`harness.run`,
+`harness.sweep`, `harness.advisor`, `harness.report`, ...) when it runs. Nothing imports
+`harness.cli` but the entry points (`kvscope`, `python -m harness.cli`).
 """
 
 from harness.cli.kvscope import build_parser, main

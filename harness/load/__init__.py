@@ -1,12 +1,9 @@
-"""What runs inside a Locust process: the user class, its per-environment state, the record
-transport to the master, and the shapes; this package's face is the API `loadtests/` imports.
-
-Importing it imports Locust, which monkey-patches the process for gevent: only Locust
-processes (the locustfiles in `loadtests/`, run by `kvscope run` or by plain `locust -f`)
-import `harness.load`. The Locust-free pieces those users are made of (request specs,
-prompts, lengths, traces, arrivals, calibration, the SSE reader, the request record) live
-in `harness.workload`, which the rest of kvscope can import too. May import: locust, gevent,
-`harness.workload`; never torch, pandas or the engine.
+"""What runs inside a Locust process — the user class, its per-environment state, the record
+transport to the master, the shapes — with this package's face the API `loadtests/`
+imports. Importing it imports Locust, which monkey-patches the process for gevent, so only
+Locust processes (the locustfiles, run by `kvscope run` or plain `locust -f`) import
+`harness.load`; the Locust-free pieces its users are made of live in `harness.workload`.
+May import locust, gevent and `harness.workload`; never torch, pandas or the engine.
 """
 
 from harness.load.fixed_length import FixedLengthUser
