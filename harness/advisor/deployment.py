@@ -145,7 +145,7 @@ def resolve(facts: DeploymentFacts | None, server: pd.DataFrame) -> Deployment:
         model = _known_model(config.model)
     num_blocks = _last_int(server, "kv_capacity_blocks") or config.num_blocks
     block_size = _last_int(server, "kv_block_size_tokens")
-    if block_size and block_size != config.block_size:
+    if block_size:  # the server's own figure beats any configuration
         config = replace(config, block_size=block_size)
         unstated -= {"block_size"}
     if facts.bundled and num_blocks is None and not simulated and config.kv_cache_memory is None:

@@ -24,8 +24,10 @@ closed loop (--users N): N users, each sending when its previous answer is in.
 open loop (--rate R): R requests/s in total, whatever the server does; --users is then the
 most requests in flight (default 64), and each request records how late it left.
 
-The bundle (--out DIR): run.json, requests.parquet, server.parquet, summary.json, logs/,
-raw/ (records and exporter samples as JSON lines), locust/ (Locust's CSVs).
+The bundle (--out DIR): run.json (the configuration, how the run ended, and the deployment
+facts with their source: the bundled engine's configuration, or what a --target stated),
+requests.parquet, server.parquet, summary.json, logs/, raw/ (records and exporter samples as
+JSON lines), locust/ (Locust's CSVs).
 Load it with harness.results.load(DIR).
 """
 
