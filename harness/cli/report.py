@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--slo",
         default=None,
         metavar="NAME=DUR,...",
-        help="SLOs for goodput, e.g. ttft=1s,tpot=100ms (names ttft, tpot, e2e, itl; units ms or s); "
+        help="SLOs for goodput, e.g. ttft=1s,tpot=100ms (names ttft, tpot, e2e, itl; with a unit: ms, s, m); "
         "default: the run's own --slo if it recorded one",
     )
     p.add_argument(

@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--slo",
         default="",
         metavar="NAME=DUR,...",
-        help="SLOs, e.g. ttft=1s,tpot=100ms (names: ttft, tpot, e2e, itl; units ms or s)",
+        help="SLOs, e.g. ttft=1s,tpot=100ms (names: ttft, tpot, e2e, itl; with a unit: ms, s, m)",
     )
     p.add_argument(
         "--attainment",
