@@ -38,7 +38,9 @@ def test_a_broken_import_fails_the_check(tmp_path):
     # Lazy, inside a function, as a careless fix would write it: still an import.
     units.write_text(units.read_text() + "\n\ndef _frame():\n    import pandas\n\n    return pandas\n")
     helper = tmp_path / "harness" / "formatting.py"
-    helper.write_text(helper.read_text() + "\n\ndef _run():\n    from harness.run import config\n\n    return config\n")
+    helper.write_text(
+        helper.read_text() + "\n\ndef _run():\n    from harness.run import config\n\n    return config\n"
+    )
 
     out = lint_imports(tmp_path)
 
