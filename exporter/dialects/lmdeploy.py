@@ -8,7 +8,16 @@ size (`block_size` or TurboMind's `cache_block_seq_len`) and `num_gpu_blocks`; a
 
 from __future__ import annotations
 
-from exporter.dialects.common import FamilyIndex, Keyer, Spec, extract, fill_capacity, num, unobserved_note
+from exporter.dialects.common import (
+    FamilyIndex,
+    Keyer,
+    Spec,
+    complete_instances,
+    extract,
+    fill_capacity,
+    num,
+    unobserved_note,
+)
 from exporter.dialects.sample import Normalised
 
 SPEC = Spec(
@@ -36,7 +45,9 @@ QUANT_POLICY = {"0": "auto", "4": "int4", "8": "int8"}
 
 
 def normalise(idx: FamilyIndex) -> Normalised:
-    samples, _ = extract(idx, SPEC, Keyer(model_labels=("model_name",), instance_labels=("engine",)))
+    keyer = Keyer(model_labels=("model_name",), instance_labels=("engine",))
+    samples, _ = extract(idx, SPEC, keyer)
+    complete_instances(idx, keyer, samples, ("lmdeploy_",))
     notes: list[str] = []
     for labels, _ in idx.rows("lmdeploy_backend_config_info"):
         for s in samples.values():

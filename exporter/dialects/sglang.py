@@ -13,7 +13,16 @@
 
 from __future__ import annotations
 
-from exporter.dialects.common import FamilyIndex, Keyer, Spec, counter, extract, gauge, unobserved_note
+from exporter.dialects.common import (
+    FamilyIndex,
+    Keyer,
+    Spec,
+    complete_instances,
+    counter,
+    extract,
+    gauge,
+    unobserved_note,
+)
 from exporter.dialects.sample import Normalised
 
 SPEC = Spec(
@@ -48,6 +57,7 @@ def _other_rank(labels: dict[str, str]) -> bool:
 def normalise(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=("model_name", "name"), instance_labels=("dp_rank",), drop=_other_rank)
     samples, used = extract(idx, SPEC, keyer)
+    complete_instances(idx, keyer, samples, ("sglang_",))
     notes: list[str] = []
     used_tokens, _ = gauge(idx, ("sglang_kv_used_tokens",), keyer)
     num_used, _ = gauge(idx, ("sglang_num_used_tokens",), keyer)

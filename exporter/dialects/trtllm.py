@@ -4,6 +4,11 @@ Triton multiplexes quantities over one gauge family with a sub-label; its model 
 (`model`, `version`). There is no preemption counter (only the instantaneous
 `paused_requests` gauge) and no prefix-cache miss counter, so both stay unknown.
 
+Triton exposing only its general `nv_inference_*` families (the TRT-LLM backend's own
+metrics off or absent) for a TensorRT-LLM model (`model` label such as `tensorrt_llm`, see
+`detect.trtllm_model`) is still TRT-LLM on Triton: finished requests from
+`nv_inference_request_success`, everything about the KV cache and the batch unknown.
+
 trtllm-serve: `trtllm_*` names (2026), or the five unprefixed 1.0/1.1 names. Prefix hits
 prefer token counters (`prompt_cached_tokens_total` / `prompt_tokens_total`); the block
 counters (reused / reused + missed) are converted with `kv_cache_tokens_per_block`.
@@ -15,11 +20,13 @@ from exporter.dialects.common import (
     FamilyIndex,
     Keyer,
     Spec,
+    complete_instances,
     counter,
     extract,
     fill_capacity,
     unobserved_note,
 )
+from exporter.dialects.detect import UNPREFIXED_TRTLLM, trtllm_model
 from exporter.dialects.sample import Normalised
 
 KV = "nv_trt_llm_kv_cache_block_metrics"
@@ -58,9 +65,13 @@ SERVE = Spec(
 )
 
 
+TRITON_GENERAL = Spec(counters={"requests_finished": (("nv_inference_request_success",), None)})
+
+
 def _triton(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=("model",), instance_labels=("version",))
     samples, _ = extract(idx, TRITON, keyer)
+    complete_instances(idx, keyer, samples, ("nv_trt_llm_", "nv_llm_"))
     notes = []
     used, _ = counter(idx, (KV,), keyer, ("kv_cache_block_type", "used"))
     for key, s in samples.items():
@@ -79,9 +90,26 @@ def _triton(idx: FamilyIndex) -> Normalised:
     return Normalised("trtllm", "triton", list(samples.values()), notes=notes)
 
 
+def _triton_general(idx: FamilyIndex) -> Normalised:
+    """Only Triton's own nv_inference_* families: one instance per TensorRT-LLM model."""
+    keyer = Keyer(
+        model_labels=("model",), instance_labels=("version",), drop=lambda labels: not trtllm_model(labels)
+    )
+    samples, _ = extract(idx, TRITON_GENERAL, keyer)
+    complete_instances(idx, keyer, samples, ("nv_inference_",))
+    notes = [
+        "TensorRT-LLM on Triton recognised from Triton's general nv_inference_* metrics only: KV usage, "
+        "capacity, prefix cache, running and waiting unknown (no nv_trt_llm_* backend metrics in "
+        "this exposition)",
+        "requests_finished from nv_inference_request_success of the TensorRT-LLM model",
+    ]
+    return Normalised("trtllm", "triton", list(samples.values()), notes=notes)
+
+
 def _serve(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=("model_name",))
     samples, used = extract(idx, SERVE, keyer)
+    complete_instances(idx, keyer, samples, ("trtllm_", *UNPREFIXED_TRTLLM))
     notes = []
     cached, c_name = counter(idx, ("trtllm_prompt_cached_tokens_total",), keyer)
     reused, r_name = counter(idx, ("trtllm_kv_cache_reused_blocks_total",), keyer)
@@ -110,6 +138,11 @@ def _serve(idx: FamilyIndex) -> Normalised:
 
 
 def normalise(idx: FamilyIndex) -> Normalised:
-    if any(n.startswith(("nv_trt_llm_", "nv_llm_")) for n in idx.names()):
+    names = idx.names()
+    if any(n.startswith(("nv_trt_llm_", "nv_llm_")) for n in names):
         return _triton(idx)
+    if not any(n.startswith("trtllm_") or n in UNPREFIXED_TRTLLM for n in names) and any(
+        n.startswith("nv_inference_") for n in names
+    ):
+        return _triton_general(idx)
     return _serve(idx)

@@ -17,6 +17,7 @@ from exporter.dialects.common import (
     FamilyIndex,
     Keyer,
     Spec,
+    complete_instances,
     counter,
     extract,
     fill_capacity,
@@ -160,6 +161,7 @@ def _blocks_to_tokens(samples: dict[Key, EngineSample], notes: list[str]) -> Non
 def normalise(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=("model_name", "model"), instance_labels=("engine",))
     samples, used = extract(idx, SPEC, keyer)
+    complete_instances(idx, keyer, samples, ("vllm_",))
     notes: list[str] = []
     _prefix(idx, keyer, samples, notes)
     _cache_config(idx, samples, notes)
