@@ -96,7 +96,8 @@ def parse_deployment(text: str) -> dict[str, dict[str, Fact]]:
             value = _value(raw.strip(), hint)
         except ValueError as exc:
             raise ValueError(f"--deployment {name}={raw}: {exc}") from None
-        if not conforms(value, hint) or (isinstance(value, (int, float)) and value <= 0):
+        positive = isinstance(value, bool) or not isinstance(value, (int, float)) or value > 0
+        if not conforms(value, hint) or not positive:
             raise ValueError(
                 f"--deployment {name}={raw}: not a valid {key.field} (e.g. {name}={key.example})"
             )
