@@ -21,8 +21,10 @@ def test_a_stale_keep_alive_connection_is_retried_not_failed(tmp_path):
             "--out", str(tmp_path / "b"),
         )  # fmt: skip
     assert rc == 0, log
-    requests = load(tmp_path / "b").requests
+    bundle = load(tmp_path / "b")
+    requests = bundle.requests
     assert len(requests) >= 6 and requests["ok"].all(), requests[["error_class", "error_message"]]
+    assert bundle.summary["client"]["retried"] == requests["retries"].sum() and "retried on a fresh" in log
     # Every request after a user's first waited 0.6 s on an idle connection, which the server
     # then closed on arrival: each was sent once more, on a fresh connection.
     assert (requests["retries"] == 1).sum() >= len(requests) - 2
