@@ -34,7 +34,7 @@ from gevent import GreenletExit
 from locust import FastHttpUser, events, task
 
 from harness.load.context import RunContext, ServerInfo, context, install
-from harness.load.stale import closed_before_response, drop_pooled_connections
+from harness.load.stale import closed_before_response, drop_pooled_connections, finish_body
 from harness.workload.arrivals import ArrivalSchedule, Slot, make_offsets
 from harness.workload.calibration import PROBE_SEEDS, PROBE_WORDS, Calibration, fit
 from harness.workload.fingerprint import record_columns
@@ -254,6 +254,8 @@ class LLMUser(FastHttpUser):
             state.end = time.perf_counter()
             rec.set_error(classify_exception(exc, during_stream=True), repr(exc))
         finish(state, rec)
+        if state.done:
+            finish_body(resp.stream)  # after the timings are taken: only the connection's reuse waits
 
     def _post(self, rec: RequestRecord, payload: bytes) -> Any:
         return self.client.request(
