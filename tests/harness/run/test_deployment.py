@@ -61,3 +61,47 @@ def test_run_config_carries_the_facts_for_the_bundled_engine_only(tmp_path):
         parse(["run", "--workload", "chat", "--target", "http://h:1", "--out", str(tmp_path / "b")])
     )
     assert target.deployment is None  # known only once the server answers /v1/models
+
+
+def test_deployment_statements_are_checked_before_anything_starts(tmp_path):
+    parse = build_parser().parse_args
+    stated = from_args(
+        parse(
+            [
+                "run",
+                "--workload",
+                "chat",
+                "--target",
+                "http://h:1",
+                "--deployment",
+                "max-num-seqs=8",
+                "--out",
+                str(tmp_path / "a"),
+            ]
+        )  # fmt: skip
+    )
+    assert (
+        stated.deployment_text == "max-num-seqs=8" and stated.to_dict()["deployment_text"] == "max-num-seqs=8"
+    )
+    with pytest.raises(ConfigError, match="describes a --target server"):
+        from_args(
+            parse(
+                ["run", "--workload", "chat", "--deployment", "max-num-seqs=8", "--out", str(tmp_path / "b")]
+            )
+        )
+    with pytest.raises(ConfigError, match="KEY one of"):
+        from_args(
+            parse(
+                [
+                    "run",
+                    "--workload",
+                    "chat",
+                    "--target",
+                    "http://h:1",
+                    "--deployment",
+                    "slots=8",
+                    "--out",
+                    str(tmp_path / "c"),
+                ]
+            )  # fmt: skip
+        )
