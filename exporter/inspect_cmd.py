@@ -16,7 +16,7 @@ from exporter.defaults import DEFAULT_FETCH_TIMEOUT_S, DEFAULT_MAX_BYTES
 from exporter.dialects import normalise, probe_for
 from exporter.dialects.common import FamilyIndex
 from exporter.dialects.detect import detect
-from exporter.dialects.probe import ProbeReply, ProbeSettings, Replies
+from exporter.dialects.probe import ProbeInput, ProbeReply, ProbeSettings, Replies
 from exporter.parse import Exposition, parse_exposition
 from exporter.probe import fetch_replies
 from exporter.quantities import FACTS, QUANTITIES
@@ -66,16 +66,11 @@ def probe_source(source: str, exp: Exposition, dialect: str, timeout: float) -> 
 
 
 def report(
-    text: str,
-    dialect: str = "auto",
-    replies: Replies | None = None,
-    unprobed: str | None = None,
-    settings: ProbeSettings | None = None,
-    exp: Exposition | None = None,
+    text: str, dialect: str = "auto", probe: ProbeInput | None = None, exp: Exposition | None = None
 ) -> dict[str, Any]:
     """The inspect JSON document for one exposition text."""
     exp = exp if exp is not None else parse_exposition(text)
-    norm = normalise(exp, dialect, replies, unprobed, settings)
+    norm = normalise(exp, dialect, probe)
     doc = norm.to_dict()
     parse_notes = []
     if exp.malformed:
@@ -143,6 +138,6 @@ def inspect(
     exp = parse_exposition(text)
     replies = probe_source(source, exp, dialect, timeout) if probe else None
     unprobed = "--no-probe" if not probe else "a file or stdin; inspect the server's URL to probe it"
-    doc = report(text, dialect, replies, unprobed, settings, exp)
+    doc = report(text, dialect, ProbeInput(replies, unprobed, settings or ProbeSettings()), exp)
     out.write((json.dumps(doc, indent=2) if as_json else render(doc)) + "\n")
     return 0

@@ -23,7 +23,7 @@ import aiohttp
 from exporter.defaults import DEFAULT_INTERVAL_S, DEFAULT_MAX_BYTES, DEFAULT_WINDOW_S, HISTORY_POINTS
 from exporter.diagnosis import Diagnosis, Thresholds, diagnose
 from exporter.dialects import normalise, probe_for
-from exporter.dialects.probe import ProbeSettings, Replies
+from exporter.dialects.probe import ProbeInput, ProbeSettings, Replies
 from exporter.parse import parse_exposition
 from exporter.probe import fetch_replies
 from exporter.quantities import Key
@@ -148,7 +148,9 @@ class Exporter:
             if state.parse_stats[reason]:
                 state.count(reason)
         unprobed = "the first scrape, before the dialect was known" if self.options.probe else "--no-probe"
-        norm = normalise(exp, self.options.dialect, replies, unprobed, self.options.probe_settings)
+        norm = normalise(
+            exp, self.options.dialect, ProbeInput(replies, unprobed, self.options.probe_settings)
+        )
         if norm.dialect == "unknown":
             state.count("unknown_dialect")
         state.dialect, state.variant, state.notes = norm.dialect, norm.variant, norm.notes

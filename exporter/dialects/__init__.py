@@ -19,7 +19,7 @@ from exporter.dialects import llamacpp, llamacpp_slots, lmdeploy, sglang, tgi, t
 from exporter.dialects.aggregate import aggregate
 from exporter.dialects.common import FamilyIndex
 from exporter.dialects.detect import DIALECTS, TRITON_GENERAL, detect
-from exporter.dialects.probe import Probe, ProbeSettings, Replies
+from exporter.dialects.probe import Probe, ProbeInput
 from exporter.dialects.sample import EngineSample, HistogramSample, Normalised
 from exporter.parse import Exposition
 
@@ -42,17 +42,11 @@ def probe_for(dialect: str | None) -> Probe | None:
     return PROBES.get(dialect or "")
 
 
-def normalise(
-    exp: Exposition,
-    dialect: str = "auto",
-    replies: Replies | None = None,
-    unprobed: str | None = None,
-    settings: ProbeSettings | None = None,
-) -> Normalised:
+def normalise(exp: Exposition, dialect: str = "auto", probe: ProbeInput | None = None) -> Normalised:
     """Canonical view of one parsed exposition. Never raises on content.
 
-    For a dialect with a probe: `replies` are its fetched paths; without them, a note says
-    what stays unknown and why (`unprobed`)."""
+    For a dialect with a probe: `probe.replies` are its fetched paths; without them, a note
+    says what stays unknown and why (`probe.unprobed`)."""
     if dialect != "auto" and dialect not in MODULES:
         raise ValueError(f"unknown dialect {dialect!r}; choose auto or one of {', '.join(DIALECTS)}")
     idx = FamilyIndex(exp)
@@ -67,12 +61,13 @@ def normalise(
         return Normalised("unknown", notes=notes)
     out = MODULES[name](idx)
     out.instances.sort(key=lambda s: s.key)
-    probe = PROBES.get(name)
-    if probe is not None and replies is not None:
-        probe.apply(out, replies, settings or ProbeSettings())
-    elif probe is not None and any(s.kv_usage_ratio is None for s in out.instances):
-        why = unprobed or "read from the exposition alone"
-        out.notes.append(f"{probe.supplies} unknown: GET {', '.join(probe.paths)} not fetched ({why})")
+    fetched, dialect_probe = probe or ProbeInput(), PROBES.get(name)
+    if dialect_probe is not None and fetched.replies is not None:
+        dialect_probe.apply(out, fetched.replies, fetched.settings)
+    elif dialect_probe is not None and any(s.kv_usage_ratio is None for s in out.instances):
+        why = fetched.unprobed or "read from the exposition alone"
+        paths = ", ".join(dialect_probe.paths)
+        out.notes.append(f"{dialect_probe.supplies} unknown: GET {paths} not fetched ({why})")
     out.aggregates = aggregate(out.instances)
     if out.aggregates:
         out.notes.append(

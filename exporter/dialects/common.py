@@ -275,15 +275,18 @@ class Spec:
 
     Each entry maps a quantity to `(aliases, where)`, `where` being an optional
     `(label, value)` selector for engines that multiplex quantities over one family.
+    `prefixes` name the engine's families, whose series all count for `complete_instances`.
     """
 
     gauges: dict[str, tuple[tuple[str, ...], Where]] = field(default_factory=dict)
     counters: dict[str, tuple[tuple[str, ...], Where]] = field(default_factory=dict)
     histograms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    prefixes: tuple[str, ...] = ()  # the engine's families: any of them names instances
 
 
 def extract(idx: FamilyIndex, spec: Spec, keyer: Keyer) -> tuple[dict[Key, EngineSample], dict[str, str]]:
-    """Apply a Spec: one EngineSample per instance, and which alias each quantity used."""
+    """Apply a Spec: one EngineSample per instance (seen on any of the engine's series, see
+    `complete_instances`), and which alias each quantity used."""
     ids: dict[Key, dict[str, str]] = {}
     values: dict[str, dict[Key, float]] = {}
     hists: dict[str, dict[Key, HistogramSample]] = {}
@@ -300,7 +303,9 @@ def extract(idx: FamilyIndex, spec: Spec, keyer: Keyer) -> tuple[dict[Key, Engin
         hists[h], name = histogram(idx, bases, keyer, ids)
         if name:
             used[h] = name
-    return assemble(ids, values, hists), used
+    samples = assemble(ids, values, hists)
+    complete_instances(idx, keyer, samples, spec.prefixes)
+    return samples, used
 
 
 def complete_instances(

@@ -13,15 +13,7 @@ no KV metrics since May 2025.
 
 from __future__ import annotations
 
-from exporter.dialects.common import (
-    FamilyIndex,
-    Keyer,
-    Spec,
-    complete_instances,
-    counter,
-    extract,
-    unobserved_note,
-)
+from exporter.dialects.common import FamilyIndex, Keyer, Spec, counter, extract, unobserved_note
 from exporter.dialects.sample import Normalised
 
 PREFIX = ("llamacpp_",)
@@ -37,13 +29,13 @@ SPEC = Spec(
         "prompt_tokens": ((COMPUTED,), None),
         "generation_tokens": (("llamacpp_tokens_predicted_total",), None),
     },
+    prefixes=PREFIX,
 )
 
 
 def normalise(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=())
     samples, _ = extract(idx, SPEC, keyer)
-    complete_instances(idx, keyer, samples, PREFIX)
     cached, cached_name = counter(idx, (CACHED,), keyer)
     notes: list[str] = []
     for key, s in samples.items():

@@ -8,16 +8,7 @@ size (`block_size` or TurboMind's `cache_block_seq_len`) and `num_gpu_blocks`; a
 
 from __future__ import annotations
 
-from exporter.dialects.common import (
-    FamilyIndex,
-    Keyer,
-    Spec,
-    complete_instances,
-    extract,
-    fill_capacity,
-    num,
-    unobserved_note,
-)
+from exporter.dialects.common import FamilyIndex, Keyer, Spec, extract, fill_capacity, num, unobserved_note
 from exporter.dialects.sample import Normalised
 
 SPEC = Spec(
@@ -40,14 +31,13 @@ SPEC = Spec(
         "e2e_request_latency_seconds": ("lmdeploy_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("lmdeploy_request_queue_time_seconds",),
     },
+    prefixes=("lmdeploy_",),
 )
 QUANT_POLICY = {"0": "auto", "4": "int4", "8": "int8"}
 
 
 def normalise(idx: FamilyIndex) -> Normalised:
-    keyer = Keyer(model_labels=("model_name",), instance_labels=("engine",))
-    samples, _ = extract(idx, SPEC, keyer)
-    complete_instances(idx, keyer, samples, ("lmdeploy_",))
+    samples, _ = extract(idx, SPEC, Keyer(model_labels=("model_name",), instance_labels=("engine",)))
     notes: list[str] = []
     for labels, _ in idx.rows("lmdeploy_backend_config_info"):
         for s in samples.values():

@@ -45,6 +45,16 @@ Replies = Mapping[str, ProbeReply]
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeInput:
+    """What a caller has for a dialect's probe with one exposition: the fetched `replies`, or
+    why there are none (`unprobed`, for the note), and what the operator stated."""
+
+    replies: Replies | None = None
+    unprobed: str | None = None
+    settings: ProbeSettings = ProbeSettings()
+
+
+@dataclass(frozen=True, slots=True)
 class Probe:
     paths: tuple[str, ...]
     supplies: str  # for notes: what stays unknown without it

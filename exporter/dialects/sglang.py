@@ -13,16 +13,7 @@
 
 from __future__ import annotations
 
-from exporter.dialects.common import (
-    FamilyIndex,
-    Keyer,
-    Spec,
-    complete_instances,
-    counter,
-    extract,
-    gauge,
-    unobserved_note,
-)
+from exporter.dialects.common import FamilyIndex, Keyer, Spec, counter, extract, gauge, unobserved_note
 from exporter.dialects.sample import Normalised
 
 SPEC = Spec(
@@ -46,6 +37,7 @@ SPEC = Spec(
         "e2e_request_latency_seconds": ("sglang_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("sglang_queue_time_seconds",),
     },
+    prefixes=("sglang_",),
 )
 RANKS = ("tp_rank", "pp_rank", "moe_ep_rank")
 
@@ -57,7 +49,6 @@ def _other_rank(labels: dict[str, str]) -> bool:
 def normalise(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=("model_name", "name"), instance_labels=("dp_rank",), drop=_other_rank)
     samples, used = extract(idx, SPEC, keyer)
-    complete_instances(idx, keyer, samples, ("sglang_",))
     notes: list[str] = []
     used_tokens, _ = gauge(idx, ("sglang_kv_used_tokens",), keyer)
     num_used, _ = gauge(idx, ("sglang_num_used_tokens",), keyer)

@@ -7,15 +7,7 @@ counts come from the `_sum` of the per-request length histograms. No model label
 
 from __future__ import annotations
 
-from exporter.dialects.common import (
-    FamilyIndex,
-    Keyer,
-    Spec,
-    complete_instances,
-    extract,
-    gauge,
-    unobserved_note,
-)
+from exporter.dialects.common import FamilyIndex, Keyer, Spec, extract, gauge, unobserved_note
 from exporter.dialects.sample import Normalised
 
 SPEC = Spec(
@@ -34,13 +26,13 @@ SPEC = Spec(
         "e2e_request_latency_seconds": ("tgi_request_duration",),
         "request_queue_time_seconds": ("tgi_request_queue_duration",),
     },
+    prefixes=("tgi_",),
 )
 
 
 def normalise(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=())
     samples, used = extract(idx, SPEC, keyer)
-    complete_instances(idx, keyer, samples, ("tgi_",))
     reserved, _ = gauge(idx, ("tgi_batch_current_max_tokens",), keyer)
     notes: list[str] = []
     for key, s in samples.items():

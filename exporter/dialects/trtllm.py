@@ -20,7 +20,6 @@ from exporter.dialects.common import (
     FamilyIndex,
     Keyer,
     Spec,
-    complete_instances,
     counter,
     extract,
     fill_capacity,
@@ -39,6 +38,7 @@ TRITON = Spec(
         "requests_running": ((REQ,), ("request_type", "active")),
         "requests_waiting": ((REQ,), ("request_type", "waiting")),
     },
+    prefixes=("nv_trt_llm_", "nv_llm_"),
 )
 SERVE = Spec(
     gauges={
@@ -62,16 +62,18 @@ SERVE = Spec(
         "e2e_request_latency_seconds": ("trtllm_e2e_request_latency_seconds", "e2e_request_latency_seconds"),
         "request_queue_time_seconds": ("trtllm_request_queue_time_seconds", "request_queue_time_seconds"),
     },
+    prefixes=("trtllm_", *UNPREFIXED_TRTLLM),
 )
 
 
-TRITON_GENERAL = Spec(counters={"requests_finished": (("nv_inference_request_success",), None)})
+TRITON_GENERAL = Spec(
+    counters={"requests_finished": (("nv_inference_request_success",), None)}, prefixes=("nv_inference_",)
+)
 
 
 def _triton(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=("model",), instance_labels=("version",))
     samples, _ = extract(idx, TRITON, keyer)
-    complete_instances(idx, keyer, samples, ("nv_trt_llm_", "nv_llm_"))
     notes = []
     used, _ = counter(idx, (KV,), keyer, ("kv_cache_block_type", "used"))
     for key, s in samples.items():
@@ -96,7 +98,6 @@ def _triton_general(idx: FamilyIndex) -> Normalised:
         model_labels=("model",), instance_labels=("version",), drop=lambda labels: not trtllm_model(labels)
     )
     samples, _ = extract(idx, TRITON_GENERAL, keyer)
-    complete_instances(idx, keyer, samples, ("nv_inference_",))
     notes = [
         "TensorRT-LLM on Triton recognised from Triton's general nv_inference_* metrics only: KV usage, "
         "capacity, prefix cache, running and waiting unknown (no nv_trt_llm_* backend metrics in "
@@ -109,7 +110,6 @@ def _triton_general(idx: FamilyIndex) -> Normalised:
 def _serve(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=("model_name",))
     samples, used = extract(idx, SERVE, keyer)
-    complete_instances(idx, keyer, samples, ("trtllm_", *UNPREFIXED_TRTLLM))
     notes = []
     cached, c_name = counter(idx, ("trtllm_prompt_cached_tokens_total",), keyer)
     reused, r_name = counter(idx, ("trtllm_kv_cache_reused_blocks_total",), keyer)

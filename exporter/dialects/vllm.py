@@ -17,7 +17,6 @@ from exporter.dialects.common import (
     FamilyIndex,
     Keyer,
     Spec,
-    complete_instances,
     counter,
     extract,
     fill_capacity,
@@ -51,6 +50,7 @@ SPEC = Spec(
         "e2e_request_latency_seconds": ("vllm_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("vllm_request_queue_time_seconds",),
     },
+    prefixes=("vllm_",),
 )
 
 V1_NAMES = frozenset(
@@ -135,7 +135,9 @@ def _cache_config(idx: FamilyIndex, samples: dict[Key, EngineSample], notes: lis
             s.kv_capacity_blocks = num(labels.get("num_gpu_blocks"))
             s.kv_cache_dtype = labels.get("cache_dtype")
             s.gpu_memory_utilization = num(labels.get("gpu_memory_utilization"))
-            s.enable_prefix_caching = {"True": True, "False": False}.get(labels.get("enable_prefix_caching", ""))
+            s.enable_prefix_caching = {"True": True, "False": False}.get(
+                labels.get("enable_prefix_caching", "")
+            )
             fill_capacity(s)
     if any(labels.get("num_gpu_blocks") in (None, "None") for labels, _ in rows):
         notes.append("cache_config_info has no usable num_gpu_blocks: KV capacity unknown")
@@ -162,7 +164,6 @@ def _blocks_to_tokens(samples: dict[Key, EngineSample], notes: list[str]) -> Non
 def normalise(idx: FamilyIndex) -> Normalised:
     keyer = Keyer(model_labels=("model_name", "model"), instance_labels=("engine",))
     samples, used = extract(idx, SPEC, keyer)
-    complete_instances(idx, keyer, samples, ("vllm_",))
     notes: list[str] = []
     _prefix(idx, keyer, samples, notes)
     _cache_config(idx, samples, notes)

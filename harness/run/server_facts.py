@@ -48,40 +48,50 @@ def _put(out: Stated, section: str, name: str, value: Any, source: str) -> None:
         out.setdefault(section, {})[name] = Fact(value, source)
 
 
+def _stated(body: Any, where: str, fields: dict[str, Callable[[dict], Any]]) -> Stated:
+    """The engine facts `fields` read from a JSON body (each getter may return None)."""
+    out: Stated = {}
+    if isinstance(body, dict):
+        for name, getter in fields.items():
+            _put(out, "engine", name, getter(body), server_source(where))
+    return out
+
+
+def _slot_context(body: dict) -> Any:
+    settings = body.get("default_generation_settings")
+    return settings.get("n_ctx") if isinstance(settings, dict) else None
+
+
+def _radix_cache(body: dict) -> bool | None:
+    off = body.get("disable_radix_cache")
+    return (not off) if isinstance(off, bool) else None
+
+
 def props_facts(body: Any) -> Stated:
     """llama.cpp's GET /props."""
-    out: Stated = {}
-    if not isinstance(body, dict):
-        return out
-    src = server_source("/props")
-    _put(out, "engine", "max_num_seqs", body.get("total_slots"), src)
-    settings = body.get("default_generation_settings")
-    _put(out, "engine", "max_model_len", settings.get("n_ctx") if isinstance(settings, dict) else None, src)
-    return out
+    return _stated(
+        body, "/props", {"max_num_seqs": lambda b: b.get("total_slots"), "max_model_len": _slot_context}
+    )
 
 
 def sglang_facts(body: Any) -> Stated:
     """SGLang's GET /get_server_info."""
-    out: Stated = {}
-    if not isinstance(body, dict):
-        return out
-    src = server_source("/get_server_info")
-    _put(out, "engine", "max_num_seqs", body.get("max_running_requests"), src)
-    _put(out, "engine", "max_model_len", body.get("context_length"), src)
-    _put(out, "engine", "block_size", body.get("page_size"), src)
-    _put(out, "engine", "kv_cache_dtype", body.get("kv_cache_dtype"), src)
-    radix_off = body.get("disable_radix_cache")
-    if isinstance(radix_off, bool):
-        _put(out, "engine", "enable_prefix_caching", not radix_off, src)
-    return out
+    return _stated(
+        body,
+        "/get_server_info",
+        {
+            "max_num_seqs": lambda b: b.get("max_running_requests"),
+            "max_model_len": lambda b: b.get("context_length"),
+            "block_size": lambda b: b.get("page_size"),
+            "kv_cache_dtype": lambda b: b.get("kv_cache_dtype"),
+            "enable_prefix_caching": _radix_cache,
+        },
+    )
 
 
 def tgi_facts(body: Any) -> Stated:
     """TGI's GET /info."""
-    out: Stated = {}
-    if isinstance(body, dict):
-        _put(out, "engine", "max_model_len", body.get("max_total_tokens"), server_source("/info"))
-    return out
+    return _stated(body, "/info", {"max_model_len": lambda b: b.get("max_total_tokens")})
 
 
 INFO_ENDPOINTS: dict[str, tuple[str, Callable[[Any], Stated]]] = {

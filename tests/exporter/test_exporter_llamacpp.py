@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from exporter.dialects import normalise
-from exporter.dialects.probe import ProbeReply, ProbeSettings
+from exporter.dialects.probe import ProbeInput, ProbeReply, ProbeSettings
 from exporter.inspect_cmd import inspect
 from exporter.parse import parse_exposition
 from exporter.probe import probe_url
@@ -28,8 +28,12 @@ from tests.support.paths import ROOT
 CAPTURES = ROOT / "tests" / "fixtures" / "llamacpp"
 
 
-def sample(name: str, **kw):
-    (s,) = normalise(parse_exposition((CAPTURES / name).read_text()), **kw).instances
+def probed(text: str, replies=None, settings: ProbeSettings | None = None, unprobed=None):
+    return normalise(parse_exposition(text), probe=ProbeInput(replies, unprobed, settings or ProbeSettings()))
+
+
+def sample(name: str, replies=None):
+    (s,) = probed((CAPTURES / name).read_text(), replies).instances
     return s
 
 
@@ -55,12 +59,12 @@ def test_slots_give_occupancy_over_a_per_slot_pool() -> None:
     """-np 4 -c 4096: four 1,024-token slots; mid-decode they hold 144, 144, 144 and 101."""
     slots = json.loads((CAPTURES / "slots_during_concurrent_decoding.json").read_text())
     models = json.loads((CAPTURES / "v1_models.json").read_text())
-    s = sample("metrics_during_concurrent.txt", replies=replies(slots, models))
+    s = sample("metrics_during_concurrent.txt", replies(slots, models))
     assert s.kv_capacity_tokens == 4096
     assert s.kv_usage_ratio == pytest.approx((3 * 144 + 101) / 4096)
     assert (s.requests_running, s.requests_waiting) == (4, 2)
     idle = json.loads((CAPTURES / "slots_idle_after.json").read_text())
-    assert sample("metrics_after_all.txt", replies=replies(idle, models)).kv_usage_ratio == 0.0
+    assert sample("metrics_after_all.txt", replies(idle, models)).kv_usage_ratio == 0.0
 
 
 def test_unified_pool_is_inferred_from_the_training_context_or_stated() -> None:
@@ -69,35 +73,28 @@ def test_unified_pool_is_inferred_from_the_training_context_or_stated() -> None:
     models = {"data": [{"id": "m", "meta": {"n_ctx_train": 8192}}]}
     slots = [{"id": i, "n_ctx": 8192, "is_processing": i < 2, "n_prompt_tokens": 1024} for i in range(4)]
     text = (CAPTURES / "metrics_during_concurrent.txt").read_text()
-    norm = normalise(parse_exposition(text), replies=replies(slots, models))
+    norm = probed(text, replies(slots, models))
     (s,) = norm.instances
     assert s.kv_capacity_tokens == 8192 and s.kv_usage_ratio == pytest.approx(2048 / 8192)
     assert any("unified pool" in n for n in norm.notes)
-    stated = normalise(
-        parse_exposition(text),
-        replies=replies(slots, models),
-        settings=ProbeSettings("per-slot"),
-    ).instances[0]
+    stated = probed(text, replies(slots, models), ProbeSettings("per-slot")).instances[0]
     assert stated.kv_capacity_tokens == 4 * 8192 and stated.kv_usage_ratio == pytest.approx(2048 / 32768)
     short = [dict(x, n_ctx=4096) for x in slots]  # -kvu -c 4096: not inferable, so stated
     assert (
-        normalise(parse_exposition(text), replies=replies(short, models), settings=ProbeSettings("unified"))
-        .instances[0]
-        .kv_capacity_tokens
-        == 4096
+        probed(text, replies(short, models), ProbeSettings("unified")).instances[0].kv_capacity_tokens == 4096
     )
 
 
 def test_probe_failures_leave_kv_unknown_with_a_reason() -> None:
     text = (CAPTURES / "metrics_during_concurrent.txt").read_text()
     refused = {"/slots": ProbeReply("/slots", error="HTTP 501 Not Implemented")}
-    norm = normalise(parse_exposition(text), replies=refused)
+    norm = probed(text, refused)
     assert norm.instances[0].kv_usage_ratio is None and norm.instances[0].kv_capacity_tokens is None
     assert any("HTTP 501" in n and "--no-slots" in n for n in norm.notes)
     busy_without_count = [{"id": 0, "n_ctx": 1024, "is_processing": True}]
-    s = normalise(parse_exposition(text), replies=replies(busy_without_count)).instances[0]
+    s = probed(text, replies(busy_without_count)).instances[0]
     assert s.kv_capacity_tokens == 1024 and s.kv_usage_ratio is None
-    off = normalise(parse_exposition(text), unprobed="--no-probe")
+    off = probed(text, unprobed="--no-probe")
     assert any("not fetched (--no-probe)" in n for n in off.notes)
 
 

@@ -14,14 +14,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 COMMON = ("--workload", "chat", "--no-calibrate", "--max-output-tokens", "5")
 
 
+def run_against(tmp_path, mode: str, *args: str):
+    """`kvscope run` against tests/support/http_faults.py in MODE: (exit status, log, requests)."""
+    with http_faults(tmp_path, mode) as url:
+        rc, log, _ = kvscope_run("--target", url, *COMMON, *args, "--out", str(tmp_path / "b"))
+    return rc, log, load(tmp_path / "b")
+
+
 def test_a_stale_keep_alive_connection_is_retried_not_failed(tmp_path):
-    with http_faults(tmp_path, "stale") as url:
-        rc, log, _ = kvscope_run(
-            "--target", url, *COMMON, "--users", "2", "--think-time", "0.6", "--duration", "4s",
-            "--out", str(tmp_path / "b"),
-        )  # fmt: skip
+    rc, log, bundle = run_against(
+        tmp_path, "stale", "--users", "2", "--think-time", "0.6", "--duration", "4s"
+    )
     assert rc == 0, log
-    bundle = load(tmp_path / "b")
     requests = bundle.requests
     assert len(requests) >= 6 and requests["ok"].all(), requests[["error_class", "error_message"]]
     assert bundle.summary["client"]["retried"] == requests["retries"].sum() and "retried on a fresh" in log
@@ -32,23 +36,18 @@ def test_a_stale_keep_alive_connection_is_retried_not_failed(tmp_path):
 
 
 def test_a_connection_dropped_after_bytes_arrived_stays_an_error(tmp_path):
-    with http_faults(tmp_path, "drop") as url:
-        rc, log, _ = kvscope_run(
-            "--target", url, *COMMON, "--users", "1", "--duration", "2s", "--out", str(tmp_path / "b")
-        )
+    rc, log, bundle = run_against(tmp_path, "drop", "--users", "1", "--duration", "2s")
     assert rc == 1, log
-    requests = load(tmp_path / "b").requests
+    requests = bundle.requests
     assert len(requests) >= 2 and set(requests["error_class"]) == {"stream_error"}
     assert (requests["retries"] == 0).all()
 
 
 def test_a_hanging_server_gives_timeout_records(tmp_path):
-    with http_faults(tmp_path, "hang") as url:
-        rc, log, _ = kvscope_run(
-            "--target", url, *COMMON, "--users", "2", "--duration", "3s", "--request-timeout", "1",
-            "--out", str(tmp_path / "b"),
-        )  # fmt: skip
+    rc, log, bundle = run_against(
+        tmp_path, "hang", "--users", "2", "--duration", "3s", "--request-timeout", "1"
+    )
     assert rc == 1 and "no request succeeded" in log, log
-    requests = load(tmp_path / "b").requests
+    requests = bundle.requests
     assert len(requests) >= 4 and set(requests["error_class"]) == {"timeout"}, requests["error_message"]
     assert (requests["e2e_s"] >= 0.9).all() and (requests["retries"] == 0).all()

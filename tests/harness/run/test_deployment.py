@@ -64,44 +64,16 @@ def test_run_config_carries_the_facts_for_the_bundled_engine_only(tmp_path):
 
 
 def test_deployment_statements_are_checked_before_anything_starts(tmp_path):
-    parse = build_parser().parse_args
-    stated = from_args(
-        parse(
-            [
-                "run",
-                "--workload",
-                "chat",
-                "--target",
-                "http://h:1",
-                "--deployment",
-                "max-num-seqs=8",
-                "--out",
-                str(tmp_path / "a"),
-            ]
-        )  # fmt: skip
-    )
+    def config(*args: str):
+        return from_args(
+            build_parser().parse_args(["run", "--workload", "chat", *args, "--out", str(tmp_path / "x")])
+        )
+
+    stated = config("--target", "http://h:1", "--deployment", "max-num-seqs=8")
     assert (
         stated.deployment_text == "max-num-seqs=8" and stated.to_dict()["deployment_text"] == "max-num-seqs=8"
     )
     with pytest.raises(ConfigError, match="describes a --target server"):
-        from_args(
-            parse(
-                ["run", "--workload", "chat", "--deployment", "max-num-seqs=8", "--out", str(tmp_path / "b")]
-            )
-        )
+        config("--deployment", "max-num-seqs=8")
     with pytest.raises(ConfigError, match="KEY one of"):
-        from_args(
-            parse(
-                [
-                    "run",
-                    "--workload",
-                    "chat",
-                    "--target",
-                    "http://h:1",
-                    "--deployment",
-                    "slots=8",
-                    "--out",
-                    str(tmp_path / "c"),
-                ]
-            )  # fmt: skip
-        )
+        config("--target", "http://h:1", "--deployment", "slots=8")
