@@ -54,7 +54,7 @@ def deployment_view(dep: Deployment) -> dict[str, Any]:
         "tensor_parallel_size": dep.tp,
         "gpu_memory_utilization": dep.gpu_memory_utilization,
         "kv_cache_dtype": dep.kv_dtype,
-        "num_blocks": capacity.base_blocks(dep),
+        "num_blocks": capacity.base_blocks(dep) if dep.bundled else dep.num_blocks,  # stated, not derived
         "max_model_len": dep.max_model_len,
         **{name: dep.known(name) for name in ENGINE_VIEW},
         "unstated": [name for name in ("kv_cache_dtype", *ENGINE_VIEW) if name in dep.unstated]
@@ -66,7 +66,7 @@ def admission_tokens(dep: Deployment, work: WorkloadEvidence | None) -> int:
     """Free KV tokens a new request needs to be admitted: a contiguous allocator reserves
     max_model_len; a paged engine needs its first prompt chunk (typical prompt, capped by the
     token budget). 0 when unknown."""
-    if dep.engine.allocator == "contiguous" and dep.max_model_len:
+    if dep.known("allocator") == "contiguous" and dep.max_model_len:
         return dep.max_model_len
     if work is None or work.lengths is None:
         return 0
