@@ -3,12 +3,12 @@ vLLM V1 target beside one hostile target of each kind (tests/support/hostile_tar
 
 The hostile targets run in their own process, and so does the exporter (`python -m
 exporter`, as an operator runs it, default limits and a 10 MiB body cap, 1 s interval), so
-the RSS read from /proc is the exporter's alone (with its parser processes, summed). For each row this process polls /healthz
-every 20 ms and fetches /metrics once a second for `--seconds`, reading the exporter's RSS
-every 250 ms. Rows: no hostile target (the baseline), each kind, three gzip bombs at once
-(the cap x concurrent scrapes bound), and the 50,000-instance target with its limits raised
-far enough that every scrape parses all of it (what stalled /healthz before parsing moved
-off the event loop).
+the RSS read from /proc is the exporter's alone (with its parser processes, summed). For
+each row this process polls /healthz every 20 ms and fetches /metrics once a second for
+`--seconds`, reading the exporter's RSS every 250 ms. Rows: no hostile target (the
+baseline), each kind, three gzip bombs at once (the cap x concurrent scrapes bound), and
+the 50,000-instance target with its limits raised far enough that every scrape parses all
+of it (what stalled /healthz before parsing moved off the event loop).
 
 Usage: python benchmarks/exporter_hostile.py [--seconds 8] [--only "gzip bomb,cardinality"]
 """
@@ -183,19 +183,21 @@ def main() -> None:
     hostile, line = start([sys.executable, "-m", "tests.support.hostile_targets"], "hostile targets on")
     hostile_base = line.strip().rsplit(" ", 1)[1]
     load = os.getloadavg()[0]
+    python = f"{platform.python_implementation()} {platform.python_version()}"
     print(
-        f"# exporter beside hostile targets ({platform.python_implementation()} {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, load average {load:.1f} at start)\n"
+        f"# exporter beside hostile targets ({python}, {os.cpu_count()} CPUs, "
+        f"load average {load:.1f} at start)\n"
     )
     print(
-        f"Each row: `python -m exporter` (1 s interval, default limits, {DEFAULT_MAX_BYTES // MiB} MiB body cap) "
-        f"scraping a normal vLLM V1 target and the hostile one(s) for {args.seconds:.0f} s after a 2.5 s warm-up; "
-        "/healthz polled every 20 ms, /metrics fetched once a second, RSS read every 250 ms. "
-        "Target for /healthz and /metrics: within 100 ms.\n"
+        f"Each row: `python -m exporter` (1 s interval, default limits, {DEFAULT_MAX_BYTES // MiB} MiB "
+        f"body cap) scraping a normal vLLM V1 target and the hostile one(s) for {args.seconds:.0f} s "
+        "after a 2.5 s warm-up; /healthz polled every 20 ms, /metrics fetched once a second, "
+        "RSS read every 250 ms. Target for /healthz and /metrics: within 100 ms.\n"
     )
     print(
-        "| hostile target | its scrape errors | normal target: scrapes / state | RSS at start MiB | RSS max MiB "
-        "| /healthz p50 ms | /healthz p99 ms | /healthz max ms | /metrics p99 ms | password shown |"
+        "| hostile target | its scrape errors | normal target: scrapes / state | RSS at start MiB "
+        "| RSS max MiB | /healthz p50 ms | /healthz p99 ms | /healthz max ms | /metrics p99 ms "
+        "| password shown |"
     )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     try:

@@ -35,8 +35,9 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.procs import free_port, wait_http  # noqa: E402
 from harness.results import load  # noqa: E402
+from harness.run.commands import engine_command, kvscope_command  # noqa: E402
+from harness.run.procs import free_port, wait_http  # noqa: E402
 
 LIMIT_S = 0.005
 # 70B on 8 x H100 (tensor parallel), 4k context: ~1.4M KV tokens, so KV never limits the
@@ -88,10 +89,7 @@ def cpu_rate(samples: list[tuple[float, float]], start: float, end: float) -> fl
 def measure(
     target: str, users: int, workers: int, duration: str, out: Path, prompt: int, output: int
 ) -> dict:
-    argv = [
-        sys.executable,
-        "-m",
-        "harness.cli",
+    argv = kvscope_command(
         "run",
         "--quiet",
         "--target",
@@ -113,7 +111,7 @@ def measure(
         "--no-calibrate",
         "--out",
         str(out),
-    ]
+    )
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     worker_cpu = sample_worker_cpu(proc)
     _, stderr = proc.communicate(timeout=600)
@@ -185,18 +183,7 @@ def main() -> int:
         port = free_port()
         log = open(tmp / "engine.log", "wb")  # noqa: SIM115
         engine = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "harness.cli",
-                "engine",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                *SIM_FLAGS,
-            ],
+            engine_command(None, list(SIM_FLAGS), port),
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

@@ -21,7 +21,7 @@ paper's other published numbers rather than guessed:
   OPT-13B's 15.7K KV slots (Table 1) at 96.3% token state (Fig. 2), i.e. at most ~500 and
   ~115 tokens each (at most: the pool need not have been full all the time).
 - Prompt sigma 1.1 (ShareGPT, pasted text has the heavier tail; the same value as
-  harness/length_dists.py) and 0.6 (Alpaca, one-line instructions). With independent
+  harness/workload/lengths.py) and 0.6 (Alpaca, one-line instructions). With independent
   prompt and output lengths only the prompt's mean enters the figures above.
 
 Each marginal is a log-normal clipped to [1, 1024] (the paper's chatbot setting cuts the

@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from exporter.dialects import normalise
+from exporter.dialects.probe import ProbeInput
 from exporter.dialects.sample import EngineSample
 from exporter.parse import parse_exposition
 from exporter.quantities import Key
@@ -62,17 +63,20 @@ def exposition_text(body: str | bytes, charset: str = "utf-8") -> str:
         return body.decode("utf-8", errors="replace")
 
 
-def analyse_body(body: str | bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
+def analyse_body(
+    body: str | bytes, charset: str, dialect: str, limits: Limits, probe: ProbeInput | None = None
+) -> Analysis:
     """`analyse` of a raw or decoded body; never raises: a bug is an "internal" Analysis whose
     detail carries the traceback's last lines (it may run in another process)."""
     try:
-        return analyse(exposition_text(body, charset), dialect, limits)
+        return analyse(exposition_text(body, charset), dialect, limits, probe)
     except Exception as e:  # noqa: BLE001 - contained: counted, the loop goes on
         where = "".join(traceback.format_exception(e)[-3:]).strip()
         return Analysis("internal", f"internal error: {type(e).__name__}: {e}\n{where}")
 
 
-def analyse(text: str, dialect: str, limits: Limits) -> Analysis:
+def analyse(text: str, dialect: str, limits: Limits, probe: ProbeInput | None = None) -> Analysis:
+    """`probe`: the dialect probe's fetched replies (or why there are none), see `dialects`."""
     exp = parse_exposition(text, limits.sample_limit, LINES_PER_SAMPLE * limits.sample_limit)
     stats = {
         "samples": exp.sample_count,
@@ -93,7 +97,7 @@ def analyse(text: str, dialect: str, limits: Limits) -> Analysis:
         )
     partial = [r for r in ("malformed_lines", "duplicate_series", "non_finite") if stats[r]]
     detail = f"first bad line: {exp.first_error!r}" if exp.first_error else ""
-    norm = normalise(exp, dialect)
+    norm = normalise(exp, dialect, probe)
     del exp  # the parsed exposition is the largest thing here; only the samples are kept
     if len(norm.instances) > limits.instance_limit:
         detail = (

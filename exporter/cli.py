@@ -20,6 +20,7 @@ from exporter.defaults import (
     DEFAULT_WINDOW_S,
 )
 from exporter.dialects.detect import DIALECTS
+from exporter.dialects.probe import KV_LAYOUTS
 from exporter.redirects import POLICIES
 from exporter.units import count, duration, host_port, size
 
@@ -108,6 +109,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="refuse expositions larger than SIZE after decompression "
         f"(default {DEFAULT_MAX_BYTES >> 20}MiB)",
     )
+    add_probe_flags(p)
     p.add_argument(
         "--sample-limit",
         type=count,
@@ -173,7 +175,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"time limit when SOURCE is a URL (default {DEFAULT_FETCH_TIMEOUT_S:g}s)",
     )
     ip.add_argument("--ca-file", default=None, metavar="PEM", help="CAs to verify an https SOURCE with")
+    add_probe_flags(ip)
     ip.set_defaults(func=run_inspect)
+
+
+def add_probe_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-probe",
+        dest="probe",
+        action="store_false",
+        help="do not fetch the extra endpoints some dialects read beside /metrics (llama.cpp: GET /slots "
+        "and /v1/models for KV usage and capacity); those quantities then stay unknown",
+    )
+    p.add_argument(
+        "--llamacpp-kv-layout",
+        choices=KV_LAYOUTS,
+        default="auto",
+        help="llama-server's KV cache: one pool shared by all slots (unified: -kvu, or -np left at auto) "
+        "or one per slot (explicit -np N); no endpoint says which, auto infers it (default auto)",
+    )
 
 
 def run_exporter(args: argparse.Namespace) -> int:
@@ -183,6 +203,7 @@ def run_exporter(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    from exporter.dialects.probe import ProbeSettings
     from exporter.inspect_cmd import inspect
 
     return inspect(
@@ -191,6 +212,8 @@ def run_inspect(args: argparse.Namespace) -> int:
         dialect=args.dialect,
         timeout=args.timeout,
         ca_file=args.ca_file,
+        probe=args.probe,
+        settings=ProbeSettings(args.llamacpp_kv_layout),
         out=sys.stdout,
         err=sys.stderr,
     )

@@ -8,7 +8,7 @@ it re-imports the parent's main module in each child and starts a resource-track
 stdlib-only analysis, and the protocol is a pair of pipes.
 
 Protocol: on its stdin the child reads requests, each two frames (8-byte big-endian length,
-then the data): a pickle of `(charset, dialect, limits)`, then the raw body (written from
+then the data): a pickle of `(charset, dialect, limits, probe input)`, then the raw body (written from
 the caller's buffer, never copied into a pickle); it answers each with one frame holding the
 pickled `Analysis`. After each request it returns freed memory to the OS, so a large body
 does not leave the child holding its peak.
@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO
 
 from exporter.analysis import Analysis, Limits, analyse_body
+from exporter.dialects.probe import ProbeInput
 
 _LENGTH = struct.Struct(">Q")
 # The directory holding the `exporter` package, so the child imports this very copy.
@@ -73,12 +74,14 @@ class ParserProcess:
             env=env,
         )
 
-    def analyse(self, body: bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
+    def analyse(
+        self, body: bytes, charset: str, dialect: str, limits: Limits, probe: ProbeInput | None = None
+    ) -> Analysis:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._start()
         proc = self._proc
         assert proc.stdin is not None and proc.stdout is not None
-        head = pickle.dumps((charset, dialect, limits), protocol=5)
+        head = pickle.dumps((charset, dialect, limits, probe), protocol=5)
         try:
             for frame in (head, body):
                 proc.stdin.write(_LENGTH.pack(len(frame)))
@@ -129,16 +132,22 @@ class ParserPool:
         self._threads = ThreadPoolExecutor(size, thread_name_prefix="kvscope-parser")
         self._finalizer = weakref.finalize(self, _kill_all, self._all, self._threads)
 
-    def _exchange(self, body: bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
+    def _exchange(
+        self, body: bytes, charset: str, dialect: str, limits: Limits, probe: ProbeInput | None
+    ) -> Analysis:
         parser = self._idle.get()
         try:
-            return parser.analyse(body, charset, dialect, limits)
+            return parser.analyse(body, charset, dialect, limits, probe)
         finally:
             self._idle.put(parser)
 
-    async def analyse(self, body: bytes, charset: str, dialect: str, limits: Limits) -> Analysis:
+    async def analyse(
+        self, body: bytes, charset: str, dialect: str, limits: Limits, probe: ProbeInput | None = None
+    ) -> Analysis:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, self._exchange, body, charset, dialect, limits)
+        return await loop.run_in_executor(
+            self._threads, self._exchange, body, charset, dialect, limits, probe
+        )
 
     def kill(self) -> None:
         """Kill every child and stop the threads (waits for an exchange in progress to fail)."""
@@ -170,11 +179,11 @@ def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """The child's loop: one request in, one answer out, until stdin closes."""
     trim = _release_memory()
     while (head := _frame(stdin)) is not None:
-        charset, dialect, limits = pickle.loads(head)
+        charset, dialect, limits, probe = pickle.loads(head)
         body = _frame(stdin)
         if body is None:
             return
-        answer = pickle.dumps(analyse_body(body, charset, dialect, limits), protocol=5)
+        answer = pickle.dumps(analyse_body(body, charset, dialect, limits, probe), protocol=5)
         del body
         stdout.write(_LENGTH.pack(len(answer)))
         stdout.write(answer)

@@ -4,9 +4,13 @@ One `Exporter` owns every target's state (no module-level state). Each target ha
 fixed-rate loop, so a slow or hostile target only delays itself. What grows with what a
 target sends runs off the event loop: decoding, parsing and normalising a body on a worker
 thread, or in a parser process once the body is large (`analysis`, `parser_process`), the
-windowed values and `--record` lines on worker threads (bounded by the limits). The event loop only fetches and swaps state, so /healthz and /metrics answer
-whatever a target sends. Failures are contained per target: the loop never dies because of
-what a target sent, and a parser process that dies (out of memory) is replaced.
+windowed values and `--record` lines on worker threads (bounded by the limits). The event
+loop only fetches and swaps state, so /healthz and /metrics answer whatever a target sends.
+Failures are contained per target: the loop never dies because of what a target sent, and
+a parser process that dies (out of memory) is replaced. A dialect with a probe (llama.cpp's
+/slots) has its paths fetched concurrently with the scrape, with the target's credentials,
+from the scrape after the dialect was first recognised (or from the first, when `--dialect`
+names it), within the same timeout.
 
 Concurrency: target state is changed on the event loop only. A worker gets an immutable
 input (the body, a copy of the ring buffer's point list) and returns a new value.
@@ -27,6 +31,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from exporter.analysis import Analysis, Limits, analyse_body
+from exporter.credentials import CredentialError
 from exporter.defaults import (
     DEFAULT_INSTANCE_LIMIT,
     DEFAULT_INTERVAL_S,
@@ -38,7 +43,10 @@ from exporter.defaults import (
 )
 from exporter.derived import Derived, derive
 from exporter.diagnosis import Thresholds
+from exporter.dialects import probe_for
+from exporter.dialects.probe import ProbeInput, ProbeSettings, Replies
 from exporter.parser_process import ParserPool
+from exporter.probe import fetch_replies
 from exporter.quantities import Key
 from exporter.record import Recorder
 from exporter.redirects import RedirectPolicy
@@ -72,6 +80,8 @@ class Options:
     instance_limit: int = DEFAULT_INSTANCE_LIMIT
     redirects: RedirectPolicy = "same-origin"
     ca_file: str | None = None  # PEM CAs to verify https targets with (default: the system's)
+    probe: bool = True  # fetch the extra endpoints a dialect reads (see dialects.probe)
+    probe_settings: ProbeSettings = field(default_factory=ProbeSettings)
 
     @property
     def scrape_timeout(self) -> float:
@@ -132,13 +142,17 @@ class Exporter:
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="kvscope-exporter")
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    async def _analyse(self, result: ScrapeResult) -> Analysis:
+    def _probe_input(self, replies: Replies | None) -> ProbeInput:
+        unprobed = "the first scrape, before the dialect was known" if self.options.probe else "--no-probe"
+        return ProbeInput(replies, unprobed, self.options.probe_settings)
+
+    async def _analyse(self, result: ScrapeResult, probe: ProbeInput) -> Analysis:
         """Off the event loop: a small body on a worker thread (a few ms of parsing), a large
         one in a parser process (see `parser_process` for why not a thread); the processes
         start only once a target sends a large body."""
         body, result.text = result.text, None  # the body travels on; nothing here keeps it
         opts = self.options
-        args = (body, result.charset, opts.dialect, opts.limits)
+        args = (body, result.charset, opts.dialect, opts.limits, probe)
         del body
         if isinstance(args[0], str) or len(args[0]) <= PROCESS_BODY_BYTES:  # type: ignore[arg-type]
             return await self.in_worker(analyse_body, *args)
@@ -146,21 +160,46 @@ class Exporter:
             self._parsers = ParserPool(min(MAX_PARSERS, len(self.states)))
         return await self._parsers.analyse(*args)  # type: ignore[arg-type]
 
-    def ingest(self, state: TargetState, result: ScrapeResult, t: float) -> Point:
-        """Take in one scrape result, all on the calling thread (tests, one-off use)."""
+    def ingest(
+        self, state: TargetState, result: ScrapeResult, t: float, replies: Replies | None = None
+    ) -> Point:
+        """Take in one scrape result (and its probe replies), all on the calling thread (tests,
+        one-off use)."""
         analysis = None
         if result.text is not None:
             opts = self.options
-            analysis = analyse_body(result.text, result.charset, opts.dialect, opts.limits)
+            probe = self._probe_input(replies)
+            analysis = analyse_body(result.text, result.charset, opts.dialect, opts.limits, probe)
         point = self._apply(state, result, analysis, t)
         state.derived = self._derive_and_record(state.target.name, list(state.series.points), state.dialect)
         return point
 
+    def _probe_paths(self, state: TargetState) -> tuple[str, ...]:
+        if not self.options.probe:
+            return ()
+        known = self.options.dialect if self.options.dialect != "auto" else state.dialect
+        probe = probe_for(known)
+        return probe.paths if probe is not None else ()
+
+    async def _replies(self, session: aiohttp.ClientSession, state: TargetState) -> Replies | None:
+        paths = self._probe_paths(state)
+        if not paths:
+            return None
+        try:
+            auth = state.target.credentials.header() if state.target.credentials else None
+        except CredentialError:
+            return None  # the scrape itself reports the credential
+        o = self.options
+        return await fetch_replies(session, state.target.url, paths, o.scrape_timeout, o.max_bytes, auth)
+
     async def scrape_target(self, session: aiohttp.ClientSession, state: TargetState) -> Point:
         t = time.time()
-        opts = self.options
-        result = await scrape(session, state.target, opts.scrape_timeout, opts.max_bytes, opts.redirects)
-        analysis = None if result.text is None else await self._analyse(result)
+        o = self.options
+        result, replies = await asyncio.gather(
+            scrape(session, state.target, o.scrape_timeout, o.max_bytes, o.redirects),
+            self._replies(session, state),
+        )
+        analysis = None if result.text is None else await self._analyse(result, self._probe_input(replies))
         point = self._apply(state, result, analysis, t)
         points = list(state.series.points)
         state.derived = await self.in_worker(

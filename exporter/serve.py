@@ -14,6 +14,7 @@ from aiohttp import web
 
 from exporter.app import make_app
 from exporter.credentials import CredentialError, parse_auth
+from exporter.dialects.probe import ProbeSettings
 from exporter.runner import Exporter, Options
 from exporter.scrape import Target, TargetError, parse_target, tls_context
 
@@ -94,6 +95,8 @@ def serve(args: argparse.Namespace) -> int:
         instance_limit=args.instance_limit,
         redirects=args.follow_redirects,
         ca_file=args.ca_file,
+        probe=args.probe,
+        probe_settings=ProbeSettings(args.llamacpp_kv_layout),
     )
     host, port = args.listen
     try:

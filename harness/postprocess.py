@@ -6,7 +6,6 @@ advice comes first because the report puts it at the top.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,10 @@ def advise_and_report(directory: str | Path, inputs=None, replay: bool = True) -
     """Write advice.json, report.md and report.html into `directory`; returns advice.json's
     content. `inputs` (run_inputs.RunInputs) overrides what is read from the folder."""
     from harness.advisor import run_inputs
-    from harness.advisor.advice import advise, write_json
-    from harness.report import write_report
+    from harness.advisor.advice import advise, write_advice
+    from harness.report.write import write_report
 
-    directory = Path(directory)
     advice = advise(inputs or run_inputs.load(directory), replay=replay)
-    data = json.loads(write_json(advice, directory).read_text(encoding="utf-8"))
+    data = write_advice(advice, directory)
     write_report(directory, advice_markdown=data["markdown"])
     return data

@@ -6,8 +6,7 @@ a spike. The shape drives the user count (Locust ignores -u/-r); -t ends it.
 
 from __future__ import annotations
 
-from harness.locust_user import register_workload
-from harness.workload_common import FixedLengthUser, StepAndSpikeShape
+from harness.load import FixedLengthUser, StepAndSpikeShape, register_workload
 
 register_workload("bursty")
 

@@ -6,10 +6,16 @@ locust -f loadtests/chat.py --host URL --dataset ShareGPT_V3_unfiltered_cleaned_
 
 from __future__ import annotations
 
-from harness.length_dists import MAX_TOTAL, load_sharegpt, pick, sharegpt_like
-from harness.locust_user import LLMUser, register_workload
-from harness.prompt_words import text
-from harness.request_spec import RequestSpec
+from harness.load import (
+    MAX_TOTAL,
+    LLMUser,
+    RequestSpec,
+    load_sharegpt,
+    pick,
+    register_workload,
+    sharegpt_like,
+    text,
+)
 
 register_workload("chat")
 

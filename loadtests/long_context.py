@@ -5,8 +5,7 @@ locust -f loadtests/long_context.py --host URL --prompt-tokens 8000 --output-tok
 
 from __future__ import annotations
 
-from harness.locust_user import register_workload
-from harness.workload_common import FixedLengthUser
+from harness.load import FixedLengthUser, register_workload
 
 register_workload("long_context")
 

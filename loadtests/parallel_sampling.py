@@ -6,8 +6,7 @@ prompt blocks (copy-on-write for the last partial block).
 
 from __future__ import annotations
 
-from harness.locust_user import register_workload
-from harness.workload_common import FixedLengthUser
+from harness.load import FixedLengthUser, register_workload
 
 register_workload("parallel_sampling")
 

@@ -8,8 +8,7 @@ not leave on time records its schedule lag, so coordinated omission shows in the
 
 from __future__ import annotations
 
-from harness.locust_user import register_workload
-from harness.workload_common import FixedLengthUser
+from harness.load import FixedLengthUser, register_workload
 
 register_workload("rate")
 

@@ -1,4 +1,4 @@
-"""Replay a JSON-lines trace of arrival times and prompt/output lengths (see harness/trace.py).
+"""Replay a JSON-lines trace of arrival times and prompt/output lengths (see harness/workload/traces.py).
 
 Requests leave at the trace's times (scaled by --time-scale), open loop. Mooncake-style
 `hash_ids` become shared blocks of prompt text, so the trace's prefix reuse is reproduced.
@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import random
 
-from harness.arrivals import Slot
-from harness.locust_user import LLMUser, register_workload
-from harness.prompt_words import words
-from harness.request_spec import RequestSpec
-from harness.trace import MOONCAKE_BLOCK_TOKENS, TraceEntry, load_trace, trace_offsets
+from harness.load import (
+    MOONCAKE_BLOCK_TOKENS,
+    LLMUser,
+    RequestSpec,
+    Slot,
+    TraceEntry,
+    load_trace,
+    register_workload,
+    trace_offsets,
+    words,
+)
 
 register_workload("replay")
 BLOCK_SEED_BASE = 2_000_003

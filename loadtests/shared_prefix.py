@@ -9,9 +9,7 @@ derives identically, so the prefixes are shared across worker processes too.
 
 from __future__ import annotations
 
-from harness.locust_user import LLMUser, register_workload
-from harness.prompt_words import seeded_text, text
-from harness.request_spec import RequestSpec
+from harness.load import LLMUser, RequestSpec, register_workload, seeded_text, text
 
 register_workload("shared_prefix")
 PREFIX_SEED_BASE = 1_000_003

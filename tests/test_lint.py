@@ -1,4 +1,5 @@
-"""The repository passes its own lint configuration (pyproject.toml [tool.ruff])."""
+"""The repository passes its own lint and format configuration (pyproject.toml [tool.ruff]), line
+length included."""
 
 import subprocess
 import sys
@@ -10,5 +11,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff_is_clean():
     out = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_format_is_clean():
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."], cwd=ROOT, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr

@@ -50,6 +50,7 @@ SPEC = Spec(
         "e2e_request_latency_seconds": ("vllm_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("vllm_request_queue_time_seconds",),
     },
+    prefixes=("vllm_",),
 )
 
 V1_NAMES = frozenset(
@@ -134,6 +135,9 @@ def _cache_config(idx: FamilyIndex, samples: dict[Key, EngineSample], notes: lis
             s.kv_capacity_blocks = num(labels.get("num_gpu_blocks"))
             s.kv_cache_dtype = labels.get("cache_dtype")
             s.gpu_memory_utilization = num(labels.get("gpu_memory_utilization"))
+            s.enable_prefix_caching = {"True": True, "False": False}.get(
+                labels.get("enable_prefix_caching", "")
+            )
             fill_capacity(s)
     if any(labels.get("num_gpu_blocks") in (None, "None") for labels, _ in rows):
         notes.append("cache_config_info has no usable num_gpu_blocks: KV capacity unknown")

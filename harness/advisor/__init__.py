@@ -1,1 +1,10 @@
-"""The advisor: sizing arithmetic, workload evidence and what-if replays (import-light)."""
+"""The advisor: is the KV cache the bottleneck, and what should change? Sizing arithmetic
+(`sizing`, `capacity`, `sizing_text`), the deployment a run measured (`deployment`, from
+run.json's facts), the diagnosis of the server's samples (`diagnose`, the exporter's own
+rules), workload evidence (`evidence`, `prefixes`), the verdict rules (`verdicts`),
+what-if replays on the simulator (`whatif`), advice.json as types (`record`) and Markdown
+(`markdown`), and live advice from a running exporter (`live`). May import
+`harness.bundle`, `harness.workload.fingerprint`, `harness.formatting`, `exporter`
+(diagnosis rules, series, quantities), `reference_engine` for its catalogue, config types
+and simulator (never its model or torch), pandas, numpy.
+"""

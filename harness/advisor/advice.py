@@ -6,8 +6,11 @@ Order of work: load the bundle (`run_inputs`), diagnose the main engine instance
 measure the run's KV demand by replaying its trace on a pool that never runs out, let the
 rules propose (`verdicts`), replay every proposal against the run's own settings
 (`whatif`) and keep the outcome. A verdict is `verified` only when its replay confirmed
-it; unverified verdicts are kept (with the replay that failed to confirm them) and sorted
-last, so the advice never claims more than was measured.
+it, and only when the replay of the run as it was resembles the run (`plausibility`);
+unverified verdicts are kept (with the replay that failed to confirm them) and sorted
+last, so the advice never claims more than was measured. Facts a rule or the replays need
+and no source stated (`facts`) are listed in `missing_facts`, each with the `--deployment`
+key that states it.
 
 Invariant: every number in a verdict is in its `evidence`, `projected` or `replay` dict.
 """
@@ -15,86 +18,47 @@ Invariant: every number in a verdict is in its `evidence`, `projected` or `repla
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from harness.advisor import capacity
+from harness.advisor.deployment import Deployment
 from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, main_window, windows_from_server_frame
 from harness.advisor.evidence import WorkloadEvidence, completed, workload_evidence
-from harness.advisor.run_inputs import Deployment, RunInputs
+from harness.advisor.facts import REPLAYS, collect, replay_missing
+from harness.advisor.markdown import render
+from harness.advisor.plausibility import implausible
+from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
+from harness.advisor.run_inputs import RunInputs
 from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.verdicts import Proposal, decide
 from harness.advisor.whatif import Change, Comparison, Replayer, judge, make_replayer
+from harness.bundle.jsonfile import json_safe, write_json
 
 MAX_AMPLE_BLOCKS = 500_000  # ~8 M tokens at block size 16; building it takes ~0.5 s
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    action: str
-    title: str
-    evidence: dict[str, Any]
-    projected: dict[str, Any]
-    effect: str
-    verified: bool
-    replay: dict[str, Any] | None = None
-    alternatives: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Advice:
-    source: str
-    deployment: dict[str, Any]
-    diagnosis: dict[str, Any]
-    workload: dict[str, Any]
-    verdicts: list[Verdict]
-    notes: list[str]
-    time_axis: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "deployment": self.deployment,
-            "diagnosis": self.diagnosis,
-            "workload": self.workload,
-            "verdicts": [asdict(v) for v in self.verdicts],
-            "notes": self.notes,
-            "time_axis": self.time_axis,
-        }
-
-
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+ENGINE_VIEW = ("block_size", "max_num_seqs", "max_num_batched_tokens", "allocator", "enable_prefix_caching")
 
 
 def deployment_view(dep: Deployment) -> dict[str, Any]:
-    e = dep.engine
+    """advice.json's `deployment`: stated settings, None for those no source stated (listed
+    under `unstated`, with the cache dtype when it is assumed)."""
     return {
         "bundled_engine": dep.bundled,
         "simulated": dep.simulated,
         "model": dep.model,
-        "engine_model": e.model,
+        "engine_model": dep.known("model"),
         "gpu": dep.gpu,
         "tensor_parallel_size": dep.tp,
         "gpu_memory_utilization": dep.gpu_memory_utilization,
         "kv_cache_dtype": dep.kv_dtype,
-        "num_blocks": capacity.base_blocks(dep),
-        "block_size": e.block_size,
+        "num_blocks": capacity.base_blocks(dep) if dep.bundled else dep.num_blocks,  # stated, not derived
         "max_model_len": dep.max_model_len,
-        "max_num_seqs": e.max_num_seqs,
-        "max_num_batched_tokens": e.max_num_batched_tokens,
-        "allocator": e.allocator,
-        "enable_prefix_caching": e.enable_prefix_caching,
+        **{name: dep.known(name) for name in ENGINE_VIEW},
+        "unstated": [name for name in ("kv_cache_dtype", *ENGINE_VIEW) if name in dep.unstated]
+        + sorted(dep.catalogue_unstated),
     }
 
 
@@ -102,17 +66,17 @@ def admission_tokens(dep: Deployment, work: WorkloadEvidence | None) -> int:
     """Free KV tokens a new request needs to be admitted: a contiguous allocator reserves
     max_model_len; a paged engine needs its first prompt chunk (typical prompt, capped by the
     token budget). 0 when unknown."""
-    if dep.engine.allocator == "contiguous" and dep.max_model_len:
+    if dep.known("allocator") == "contiguous" and dep.max_model_len:
         return dep.max_model_len
     if work is None or work.lengths is None:
         return 0
-    prompt = work.lengths.prompt_p50_tokens
-    return int(min(prompt, dep.engine.max_num_batched_tokens))
+    prompt, budget = work.lengths.prompt_p50_tokens, dep.known("max_num_batched_tokens")
+    return int(prompt if budget is None else min(prompt, budget))
 
 
 def diagnose_run(inputs: RunInputs, work: WorkloadEvidence | None = None) -> WindowDiagnosis | None:
     dep = inputs.deployment
-    windows = windows_from_server_frame(inputs.server, dep.kv_dtype, dep.gpu_memory_utilization)
+    windows = windows_from_server_frame(inputs.server, dep.stated_kv_dtype, dep.gpu_memory_utilization)
     main = main_window(windows)
     if main is None:
         return None
@@ -130,7 +94,8 @@ def _upper_bound_demand(inputs: RunInputs, work: WorkloadEvidence) -> int | None
     blocks of a p99-long request. An upper bound (not every request is at full length)."""
     server, bs = inputs.server, inputs.deployment.engine.block_size
     if (
-        not {"requests_running", "requests_waiting"} <= set(server.columns)
+        inputs.deployment.unknown(("block_size",))
+        or not {"requests_running", "requests_waiting"} <= set(server.columns)
         or work.lengths is None
         or server.empty
     ):
@@ -163,14 +128,19 @@ def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None,
     return (math.ceil(metrics.peak_kv_usage * (ample - 1)) if metrics.completed else None), note
 
 
-def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdict:
+def _verdict(
+    p: Proposal, replayer: Replayer | None, notes: list[str], distrust: str | None = None
+) -> Verdict:
+    """The proposal with its replay; never verified when `distrust` says the baseline does not
+    model the run."""
+    claim = {f.name: json_safe(getattr(p, f.name)) for f in fields(Claim)}
     if p.change is None or replayer is None:
-        return Verdict(p.action, p.title, _clean(p.evidence), _clean(p.projected), p.effect, False)
+        return Verdict(**claim, verified=False)
     try:
         comparison = replayer.compare(p.change)
     except ValueError as exc:  # e.g. a change the engine refuses (a pool too small for one request)
         notes.append(f"{p.action}: replay failed: {exc}")
-        return Verdict(p.action, p.title, _clean(p.evidence), _clean(p.projected), p.effect, False)
+        return Verdict(**claim, verified=False)
     verified = comparison.verified
     replay = comparison.to_dict()
     if not p.expect_gain:  # kv_not_bottleneck: confirmed when more KV memory does not help
@@ -182,6 +152,9 @@ def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdic
             if verified
             else f"more KV memory helps after all: {why}",
         )
+    if distrust:
+        verified = False
+        replay.update(verified=False, implausible=distrust)
     alternatives = []
     for alt in p.alternatives:
         try:
@@ -189,17 +162,16 @@ def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdic
         except ValueError as exc:
             notes.append(f"{p.action}: replay of {alt.label} failed: {exc}")
             continue
-        alternatives.append(_clean(c.to_dict()))
-    return Verdict(
-        p.action,
-        p.title,
-        _clean(p.evidence),
-        _clean(p.projected),
-        p.effect,
-        verified,
-        _clean(replay),
-        alternatives,
-    )
+        alternatives.append(json_safe(c.to_dict()))
+    return Verdict(**claim, verified=verified, replay=json_safe(replay), alternatives=alternatives)
+
+
+def _trusted_baseline(replayer: Replayer, inputs: RunInputs, notes: list[str]) -> str | None:
+    """Why the replays cannot verify (an implausible baseline), noted once; None when they can."""
+    why = implausible(replayer.baseline(), completed(inputs.requests))
+    if why:
+        notes.append(f"replays not trusted: {why}")
+    return why
 
 
 def _rank(v: Verdict) -> tuple:
@@ -215,7 +187,8 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     dep = inputs.deployment
     work = workload_evidence(inputs)
     diag = diagnose_run(inputs, work)
-    notes: list[str] = []
+    notes: list[str] = list(inputs.notes)
+    needed: dict[str, list[str]] = {}
     workload = {
         "lengths": None if work.lengths is None else asdict(work.lengths),
         "prefixes": None
@@ -233,12 +206,19 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         )
     if diag is None:
         notes.append("server.parquet has no samples from the engine: no diagnosis")
-        return Advice(str(inputs.path or ""), deployment_view(dep), {}, _clean(workload), [], notes)
-    replayer = None
+        return Advice(str(inputs.path or ""), deployment_view(dep), {}, json_safe(workload), [], notes)
+    replayer, distrust = None, None
     demand, upper = None, _upper_bound_demand(inputs, work)
-    if replay and not completed(inputs.requests).empty:
+    if replay and (lacking := replay_missing(dep)):
+        needed[REPLAYS] = lacking
+        notes.append(
+            f"no replay: the simulator would have to guess {', '.join(lacking)} (see missing_facts); "
+            "verdicts stay unverified"
+        )
+    elif replay and not completed(inputs.requests).empty:
         try:
             replayer = make_replayer(inputs, work, diag.mean_running)
+            distrust = _trusted_baseline(replayer, inputs, notes)
             if diag.kv_pressure:
                 demand, note = _replayed_demand(replayer, inputs)
                 notes += [note] if note else []
@@ -251,7 +231,8 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         )
     outcome = decide(dep, diag, work, demand, upper)
     notes += outcome.notes
-    verdicts = sorted((_verdict(p, replayer, notes) for p in outcome.proposals), key=_rank)
+    needed = {**outcome.missing, **needed}
+    verdicts = sorted((_verdict(p, replayer, notes, distrust) for p in outcome.proposals), key=_rank)
     diagnosis = {
         **diag.numbers(),
         "preemption_level": diag.preemption_level,
@@ -269,28 +250,25 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     if diag.finished is not None and diag.finished > 1.2 * recorded + 2:
         notes.append(
             f"the server finished {diag.finished:,.0f} requests but the bundle records {recorded:,} "
-            "completed ones (e.g. requests still in flight when the run stopped leave no record): the replays "
+            "completed ones (e.g. requests still in flight when the run stopped leave no record): "
+            "the replays "
             "carry less load than the run did"
         )
     return Advice(
         str(inputs.path or ""),
-        _clean(deployment_view(dep)),
-        _clean(diagnosis),
-        _clean(workload),
+        json_safe(deployment_view(dep)),
+        json_safe(diagnosis),
+        json_safe(workload),
         verdicts,
         notes,
         replayer.time_axis if replayer else None,
+        [m.to_json() for m in collect(needed)],
     )
 
 
-def write_json(advice: Advice, directory: str | Path) -> Path:
-    """advice.json, with the rendered Markdown under `markdown` (the report shows it as is)."""
-    import json
-
-    from harness.advisor.markdown import render
-
-    data = _clean(advice.to_json())
-    data["markdown"] = render(data)
-    path = Path(directory) / "advice.json"
-    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    return path
+def write_advice(advice: Advice, directory: str | Path) -> dict[str, Any]:
+    """advice.json, with the rendered Markdown under `markdown` (the report shows it as is);
+    returns the file's content."""
+    data = {**json_safe(advice.to_json()), "markdown": render(advice)}
+    write_json(Path(directory) / ADVICE_JSON, data)
+    return data

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from harness.advisor import sizing
-from harness.advisor.run_inputs import Deployment
+from harness.advisor.deployment import Deployment
 from reference_engine.catalogue import GPUS, get_gpu, get_model, kv_dtype_bytes
 
 MAX_TP = 8

@@ -27,13 +27,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from exporter.diagnosis import Diagnosis, Thresholds, diagnose
-from exporter.dialects.sample import QUANTITIES, EngineSample
+from exporter.dialects.sample import EngineSample
+from exporter.quantities import QUANTITIES
 from exporter.series import counter_values, hit_ratio, increase
 
 Window = Sequence[tuple[float, EngineSample]]
+WindowKey = tuple[str, str, str]  # (target, model, instance): one engine instance of one target
+PreemptionLevel = Literal["none", "occasional", "warn", "act", "unknown"]
 OCCASIONAL_PER_REQUEST, ACT_PER_REQUEST = 0.01, 0.05
 OCCASIONAL_PER_MINUTE, ACT_PER_SECOND = 1.0, 1.0
 QUEUEING_SHARE = 0.25
@@ -50,7 +53,7 @@ class WindowDiagnosis:
     finished: float | None
     preemptions_per_finished: float | None
     preemptions_per_minute: float | None
-    preemption_level: str  # none | occasional | warn | act | unknown
+    preemption_level: PreemptionLevel
     saturated_share: float | None
     waiting_share: float | None
     waiting_low_usage_share: float | None
@@ -99,7 +102,7 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def preemption_level(per_finished: float | None, per_minute: float | None) -> str:
+def preemption_level(per_finished: float | None, per_minute: float | None) -> PreemptionLevel:
     if per_finished is None and per_minute is None:
         return "unknown"
     pf, pm = per_finished or 0.0, per_minute or 0.0
@@ -201,13 +204,13 @@ def diagnose_window(
 
 def windows_from_server_frame(
     server: Any, kv_cache_dtype: str | None = None, gpu_memory_utilization: float | None = None
-) -> dict[tuple[str, str, str], list]:
+) -> dict[WindowKey, list]:
     """server.parquet rows -> {(target, model, instance): [(t, EngineSample), ...]}, up rows only.
     A row's own kv_cache_dtype / gpu_memory_utilization (from cache_config_info) win; the
     run's configuration fills them in where the engine does not report them."""
     import pandas as pd
 
-    out: dict[tuple[str, str, str], list] = {}
+    out: dict[WindowKey, list] = {}
     if server.empty:
         return out
     frame = server[server["up"].fillna(True).astype(bool)] if "up" in server.columns else server
@@ -231,9 +234,9 @@ def windows_from_server_frame(
     return out
 
 
-def windows_from_samples_api(payload: dict[str, Any]) -> dict[tuple[str, str, str], list]:
+def windows_from_samples_api(payload: dict[str, Any]) -> dict[WindowKey, list]:
     """The exporter's /api/v1/samples JSON -> windows keyed like `windows_from_server_frame`."""
-    out: dict[tuple[str, str, str], list] = {}
+    out: dict[WindowKey, list] = {}
     for target in payload.get("targets") or []:
         name = str(target.get("target") or "")
         for point in target.get("samples") or []:
@@ -245,7 +248,7 @@ def windows_from_samples_api(payload: dict[str, Any]) -> dict[tuple[str, str, st
     return out
 
 
-def main_window(windows: dict[tuple[str, str, str], list]) -> tuple[tuple[str, str, str], list] | None:
+def main_window(windows: dict[WindowKey, list]) -> tuple[WindowKey, list] | None:
     """The instance with the most samples (an aggregate "all" instance wins ties)."""
     if not windows:
         return None

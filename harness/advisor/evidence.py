@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from harness.advisor import fingerprint as fp
 from harness.advisor.prefixes import PromptShape, Sharing, analyse
 from harness.advisor.run_inputs import RunInputs
+from harness.workload import fingerprint as fp
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, windows_from_samples_api
-from harness.advisor.run_inputs import AdvisorError
+from harness.advisor.errors import AdvisorError
 from reference_engine.catalogue import CatalogueError, kv_dtype_bytes
 
 DEFAULT_WINDOW_S = 300.0
@@ -125,7 +125,8 @@ def render_live(results: list[tuple[WindowDiagnosis, list[LiveVerdict]]]) -> str
     lines = []
     for d, verdicts in results:
         lines.append(
-            f"{d.target} model={d.model} instance={d.instance}: {d.points} samples over {d.duration_s:.0f} s, "
+            f"{d.target} model={d.model} instance={d.instance}: "
+            f"{d.points} samples over {d.duration_s:.0f} s, "
             f"preemption level {d.preemption_level}, KV pressure {'yes' if d.kv_pressure else 'no'}"
         )
         if not verdicts:

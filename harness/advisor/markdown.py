@@ -1,4 +1,4 @@
-"""The Advice section of a report, in Markdown, from advice.json's content.
+"""The Advice section of a report, in Markdown, from an `Advice` (what advice.json holds).
 
 One numbered item per verdict, verified ones first (the order advice.json already has):
 title, what the replay measured (or that it did not confirm the verdict), the projected
@@ -9,6 +9,8 @@ are listed under "Also checked" so an empty advice is still an explanation.
 from __future__ import annotations
 
 from typing import Any
+
+from harness.advisor.record import Advice
 
 _METRICS = (
     ("preemptions", "preemptions", "{:,.0f}", ""),
@@ -49,11 +51,10 @@ def _evidence(ev: dict[str, Any]) -> str:
     return ", ".join(items)
 
 
-def render(advice: dict[str, Any], heading: str = "## Advice") -> str:
-    """Markdown for advice.json's dict (`Advice.to_json()`)."""
+def render(advice: Advice, heading: str = "## Advice") -> str:
+    """Markdown for one Advice (what advice.json holds)."""
     lines = [heading, ""]
-    verdicts = advice.get("verdicts") or []
-    diag = advice.get("diagnosis") or {}
+    verdicts, diag = advice.verdicts, advice.diagnosis
     if diag:
         lines.append(
             f"KV pressure: **{'yes' if diag.get('kv_pressure') else 'no'}** (preemption level "
@@ -67,22 +68,23 @@ def render(advice: dict[str, Any], heading: str = "## Advice") -> str:
     if not verdicts:
         lines += ["No change advised: the KV cache is not under pressure in this run.", ""]
     for i, v in enumerate(verdicts, 1):
-        status = "verified by replay" if v.get("verified") else "not confirmed by replay"
-        if v.get("replay") is None:
+        status = "verified by replay" if v.verified else "not confirmed by replay"
+        if v.replay is None:
             status = "not replayed"
-        lines.append(f"{i}. **{v['title']}** (`{v['action']}`, {status})")
-        lines.append(f"   - Effect: {v['effect']}")
-        replay = v.get("replay")
+        lines.append(f"{i}. **{v.title}** (`{v.action}`, {status})")
+        lines.append(f"   - Effect: {v.effect}")
+        replay = v.replay
         if replay:
             lines.append(
-                f"   - Replay of `{replay['change'].get('label')}`, {replay.get('why')}: {replay_line(replay)}"
+                f"   - Replay of `{replay['change'].get('label')}`, {replay.get('why')}: "
+                f"{replay_line(replay)}"
             )
-        for alt in v.get("alternatives") or []:
+        for alt in v.alternatives:
             lines.append(
                 f"   - Also replayed `{alt['change'].get('label')}`, {alt.get('why')}: {replay_line(alt)}"
             )
-        lines.append(f"   - Evidence: {_evidence(v.get('evidence') or {})}")
-        options = (v.get("evidence") or {}).get("options")
+        lines.append(f"   - Evidence: {_evidence(v.evidence)}")
+        options = v.evidence.get("options")
         if options:
             lines.append(
                 "   - Options: "
@@ -93,12 +95,17 @@ def render(advice: dict[str, Any], heading: str = "## Advice") -> str:
                     for o in options
                 )
             )
-    notes = advice.get("notes") or []
-    if notes:
-        lines += ["", "Also checked:"] + [f"- {n}" for n in notes]
-    if advice.get("time_axis"):
+    if advice.missing_facts:
+        lines += ["", "Facts the advice lacks (no source stated them; nothing was assumed):"]
+        lines += [
+            f"- `{m['fact']}`, for {', '.join(m['needed_for'])}: state it with `{m['supply']}`"
+            for m in advice.missing_facts
+        ]
+    if advice.notes:
+        lines += ["", "Also checked:"] + [f"- {n}" for n in advice.notes]
+    if advice.time_axis:
         lines += [
             "",
-            f"Replays run the run's own requests on the simulator; time axis {advice['time_axis']}.",
+            f"Replays run the run's own requests on the simulator; time axis {advice.time_axis}.",
         ]
     return "\n".join(lines) + "\n"

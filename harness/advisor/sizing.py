@@ -90,7 +90,8 @@ def kv_budget_bytes(
     budget = usable - weight_bytes_per_gpu - overhead_bytes
     if budget <= 0:
         raise SizingError(
-            f"no memory left for the KV cache: weights take {weight_bytes_per_gpu / GiB:.1f} GiB and overhead "
+            f"no memory left for the KV cache: weights take {weight_bytes_per_gpu / GiB:.1f} GiB "
+            "and overhead "
             f"{overhead_bytes / GiB:.1f} GiB of the {usable / GiB:.1f} GiB usable per GPU "
             f"({gpu_memory_bytes / GiB:.1f} GiB x {utilisation}); raise tensor parallelism, quantize the "
             f"weights (--weight-dtype fp8) or raise --gpu-memory-utilization"
@@ -111,7 +112,8 @@ def gpu_kv_budget_bytes(
     if weights >= gpu.memory_bytes:
         raise SizingError(
             f"{model.name} weights ({weights / GiB:.1f} GiB per GPU at tp={tp}) are larger than one "
-            f"{gpu.name} ({gpu.memory_bytes / GiB:.1f} GiB); raise --tensor-parallel-size or use --weight-dtype fp8"
+            f"{gpu.name} ({gpu.memory_bytes / GiB:.1f} GiB); "
+            "raise --tensor-parallel-size or use --weight-dtype fp8"
         )
     return kv_budget_bytes(gpu.memory_bytes, weights, utilisation=utilisation, overhead_bytes=overhead_bytes)
 

@@ -17,6 +17,8 @@ Rules (KV pressure and "not the bottleneck" are defined in `diagnose`):
                       (a paged pool does not grow when the limit drops: without such
                       requests there is nothing to gain, and that is said in a note).
 - not KV pressure but requests wait while usage is low -> kv_not_bottleneck.
+A rule whose facts are unknown (`facts.NEEDS`: a --target server that stated no pool size,
+cache dtype, ...) is not applied; `RuleOutcome.missing` says which facts it lacked.
 - make_prefix_identical (independent of pressure): an unbounded cache would hit at least
   PREFIX_GAIN more of the prompt tokens if near-identical prefixes were byte-identical,
   over at least 2 requests. Identical prefixes the cache did not hit (observed hit ratio
@@ -25,17 +27,22 @@ Rules (KV pressure and "not the bottleneck" are defined in `diagnose`):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.diagnosis import ACTIONS  # the names kvscope_advice{action=...} publishes
 from harness.advisor import capacity
+from harness.advisor.deployment import Deployment
 from harness.advisor.diagnose import WindowDiagnosis
 from harness.advisor.evidence import WorkloadEvidence
-from harness.advisor.run_inputs import Deployment
+from harness.advisor.facts import missing_for, not_issued
+from harness.advisor.record import Claim
 from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.whatif import Change
+from harness.bundle.deployment_option import supply
+from harness.formatting import pct
+
+NA = "n/a"
 
 PREFIX_GAIN = 0.10
 CUT_CONTEXT_MAX_SHARE = 0.5
@@ -45,13 +52,10 @@ __all__ = ["ACTIONS", "Proposal", "RuleOutcome", "decide"]
 
 
 @dataclass(frozen=True, slots=True)
-class Proposal:
-    action: str
-    title: str
-    evidence: dict[str, Any]
-    projected: dict[str, Any]
-    effect: str  # the projected effect in one sentence
-    change: Change | None  # the what-if that tests it (None: nothing to replay)
+class Proposal(Claim):
+    """A claim before its replay, with the what-if that tests it."""
+
+    change: Change | None  # None: nothing to replay
     expect_gain: bool = True  # False: verified when the change does NOT help (kv_not_bottleneck)
     alternatives: tuple[Change, ...] = ()
 
@@ -60,6 +64,7 @@ class Proposal:
 class RuleOutcome:
     proposals: list[Proposal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # rules considered and why they did not fire
+    missing: dict[str, list[str]] = field(default_factory=dict)  # rule -> facts it lacked
 
 
 def _pressure_evidence(d: WindowDiagnosis) -> dict[str, Any]:
@@ -169,7 +174,8 @@ def add_memory(
     total = best.num_blocks * best.replicas
     effect = (
         f"{best.label}: {total:,} blocks (x{total / base:.2f}{extra}) for the "
-        f"{'measured' if measured else 'estimated (upper bound)'} peak demand of {demand:,} blocks, where the "
+        f"{'measured' if measured else 'estimated (upper bound)'} peak demand of {demand:,} blocks, "
+        "where the "
         f"run had {base:,}"
     )
     change = Change(
@@ -248,8 +254,9 @@ def cut_context(
         else f"{lengths.over_suggested} request(s) longer than the cut would be refused or truncated"
     )
     effect = (
-        f"max_model_len {limit:,} -> {cut:,} (p99.9 {lengths.p999_tokens:,.0f} rounded up): requests of the full "
-        f"length that fit at once go {proj['concurrency_at_limit_before']:,} -> {proj['concurrency_at_limit_after']:,}; {how}"
+        f"max_model_len {limit:,} -> {cut:,} (p99.9 {lengths.p999_tokens:,.0f} rounded up): "
+        "requests of the full length that fit at once go "
+        f"{proj['concurrency_at_limit_before']:,} -> {proj['concurrency_at_limit_after']:,}; {how}"
     )
     return Proposal(
         "cut_context",
@@ -263,7 +270,7 @@ def cut_context(
 
 def not_bottleneck(dep: Deployment, d: WindowDiagnosis) -> Proposal:
     base = capacity.base_blocks(dep)
-    seqs = dep.engine.max_num_seqs
+    seqs = dep.known("max_num_seqs")
     ev = {
         "waiting_share": d.numbers()["waiting_share"],
         "waiting_low_usage_share": d.numbers()["waiting_low_usage_share"],
@@ -271,18 +278,20 @@ def not_bottleneck(dep: Deployment, d: WindowDiagnosis) -> Proposal:
         "mean_running": d.numbers()["mean_running"],
         "max_running": d.max_running,
         "max_num_seqs": seqs,
-        "max_num_batched_tokens": dep.engine.max_num_batched_tokens,
+        "max_num_batched_tokens": dep.known("max_num_batched_tokens"),
         "preemption_level": d.preemption_level,
     }
-    limited = d.max_running is not None and d.max_running >= seqs
+    limited = seqs is not None and d.max_running is not None and d.max_running >= seqs
     where = (
         f"the running batch sits at max_num_seqs={seqs}"
         if limited
         else "compute or the per-step token budget limit admission"
+        if seqs is not None
+        else f"which limit binds is unknown (max_num_seqs unknown: {supply('max_num_seqs')})"
     )
     effect = (
-        f"requests waited in {_pct(d.waiting_share)} of the run while KV usage peaked at "
-        f"{_pct(d.max_usage)}: more KV memory will not help; {where}"
+        f"requests waited in {pct(d.waiting_share, 0, NA)} of the run while KV usage peaked at "
+        f"{pct(d.max_usage, 0, NA)}: more KV memory will not help; {where}"
     )
     change = Change("double the KV pool", num_blocks=None if base is None else 2 * base - 1)
     alternatives = (Change(f"max_num_seqs={4 * seqs}", max_num_seqs=4 * seqs),) if limited else ()
@@ -319,9 +328,10 @@ def make_identical(work: WorkloadEvidence) -> Proposal | None:
     }
     start, end = p.hole_start_chars_p50 or 0, p.hole_end_chars_p50 or 0
     effect = (
-        f"{p.near_identical_requests} prompts share ~{p.blocked_tokens_p50 or 0:,.0f} tokens after a span that "
-        f"differs (characters ~{start:,.0f}-{end:,.0f}, e.g. a timestamp or an id): put the shared part first and "
-        f"keep it byte-identical, and the cacheable share of prompt tokens goes {p.identical_hit_ratio:.0%} -> "
+        f"{p.near_identical_requests} prompts share ~{p.blocked_tokens_p50 or 0:,.0f} tokens after a span "
+        f"that differs (characters ~{start:,.0f}-{end:,.0f}, e.g. a timestamp or an id): put the shared "
+        "part first and keep it byte-identical, and the cacheable share of prompt tokens goes "
+        f"{p.identical_hit_ratio:.0%} -> "
         f"{p.near_hit_ratio:.0%}"
     )
     return Proposal(
@@ -332,10 +342,6 @@ def make_identical(work: WorkloadEvidence) -> Proposal | None:
         effect,
         Change("near-identical prefixes made identical", prefix_identical=True),
     )
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{x:.0%}"
 
 
 def decide(
@@ -350,21 +356,26 @@ def decide(
     out = RuleOutcome()
     if d.kv_pressure:
         need = demand if demand is not None else arithmetic_demand
-        memory = add_memory(dep, d, need, arithmetic_demand, out.notes, measured=demand is not None)
-        for p in (
-            quantize(dep, d, need),
-            memory,
-            raise_utilisation(dep, d),
-            cut_context(dep, d, work, out.notes),
-        ):
-            if p is not None:
+        rules = {
+            "quantize_kv_cache": lambda: quantize(dep, d, need),
+            "add_memory": lambda: add_memory(dep, d, need, arithmetic_demand, out.notes, demand is not None),
+            "raise_memory_utilization": lambda: raise_utilisation(dep, d),
+            "cut_context": lambda: cut_context(dep, d, work, out.notes),
+        }
+        for action, rule in rules.items():
+            if lacking := missing_for(dep, action):
+                out.missing[action] = lacking
+                out.notes.append(not_issued(action, lacking))
+            elif (p := rule()) is not None:
                 out.proposals.append(p)
     elif d.kv_not_bottleneck:
         out.proposals.append(not_bottleneck(dep, d))
+        if dep.known("max_num_seqs") is None:
+            out.missing["kv_not_bottleneck"] = ["max_num_seqs"]
     else:
         out.notes.append(
             f"no KV pressure: preemption level {d.preemption_level}, saturated "
-            f"{_pct(d.saturated_share)} of the time, waiting {_pct(d.waiting_share)}"
+            f"{pct(d.saturated_share, 0, NA)} of the time, waiting {pct(d.waiting_share, 0, NA)}"
         )
     prefix = make_identical(work)
     if prefix is not None:
@@ -384,11 +395,12 @@ def _cache_reuse_notes(dep: Deployment, work: WorkloadEvidence) -> list[str]:
         return []
     if p.observed_hit_ratio >= 0.5 * p.identical_hit_ratio:
         return []
-    why = (
-        "prefix caching is off (--no-enable-prefix-caching)"
-        if not dep.engine.enable_prefix_caching
-        else "shared blocks are evicted before they are reused (KV pressure, or too many distinct prefixes)"
-    )
+    evicted = "shared blocks are evicted before they are reused (KV pressure, or too many distinct prefixes)"
+    why = {
+        False: "prefix caching is off (--no-enable-prefix-caching)",
+        True: evicted,
+        None: f"prefix caching is off on the server, or {evicted}",
+    }[dep.known("enable_prefix_caching")]
     return [
         f"prefix cache: {p.observed_hit_ratio:.0%} of prompt tokens hit, while byte-identical prefixes offer "
         f"{p.identical_hit_ratio:.0%}: {why}"

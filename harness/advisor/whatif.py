@@ -32,13 +32,14 @@ import numpy as np
 import pandas as pd
 
 from harness.advisor.capacity import base_blocks
+from harness.advisor.deployment import Deployment
 from harness.advisor.evidence import WorkloadEvidence, completed
-from harness.advisor.run_inputs import Deployment, RunInputs
+from harness.advisor.run_inputs import RunInputs
 from reference_engine.catalogue import get_gpu, get_model
 from reference_engine.config import EngineConfig
 from reference_engine.sim.cost_model import CostModel
-from reference_engine.sim.engine import SimSpec
 from reference_engine.sim.replay import ReplayResult, TraceRequest, replay_trace
+from reference_engine.sim.spec import SimSpec
 
 VERIFY_TTFT_GAIN = 0.05
 UNFINISHED_ERRORS = ("timeout", "stream_error")

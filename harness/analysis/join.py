@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis.bundle import measured
 from harness.analysis.slo import per_request_metrics
 from harness.analysis.stats import Distribution, distribution
+from harness.bundle.read import measured
 
 # Band edges on KV usage (0-1). Finer at the top: that is where admission stalls and preemption start.
 BAND_EDGES: tuple[float, ...] = (0.0, 0.5, 0.8, 0.9, 0.95)

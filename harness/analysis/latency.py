@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis.bundle import measured
 from harness.analysis.slo import Slos, meets_slos, per_request_metrics
 from harness.analysis.stats import Distribution, distribution
+from harness.bundle.read import measured
 
 
 @dataclass(frozen=True, slots=True)

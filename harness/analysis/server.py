@@ -19,20 +19,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-COUNTERS: tuple[str, ...] = (
-    "prefix_cache_queries_tokens",
-    "prefix_cache_hits_tokens",
-    "preemptions",
-    "prompt_tokens",
-    "generation_tokens",
-    "requests_finished",
-)
-GAUGES_SUMMED: tuple[str, ...] = (
-    "kv_capacity_blocks",
-    "kv_capacity_tokens",
-    "requests_running",
-    "requests_waiting",
-)
+from exporter.quantities import ALL, COUNTERS
+
+# Instances of one model add up (the exporter's aggregate rule), counters and summed gauges alike.
+GAUGES_SUMMED: tuple[str, ...] = tuple(q.name for q in ALL if q.kind == "gauge" and q.combine == "sum")
 WINDOW_S = 10.0  # trailing window for hit ratio and rates: long enough to smooth 1-s scrapes
 EDGE_SLACK_S = 2.0  # two 1-s scrapes: keeps one sample before the first send and one after the end
 
@@ -86,33 +76,21 @@ def timeline(server: pd.DataFrame, t0_unix: float | None = None, window_s: float
     kv_usage_ratio, kv_capacity_tokens, requests_running/waiting, preemptions_delta,
     preemptions_per_s, prefix_hit_ratio (windowed), generation_tokens_per_s (windowed)."""
     s = select_series(server)
-    cols = [
-        "time_unix",
-        "t_s",
+    state = (
         "kv_usage_ratio",
         "kv_capacity_tokens",
         "kv_capacity_blocks",
         "requests_running",
         "requests_waiting",
         "preemptions",
-        "preemptions_delta",
-        "preemptions_per_s",
-        "prefix_hit_ratio",
-        "generation_tokens_per_s",
-    ]
+    )
+    rates = ("preemptions_delta", "preemptions_per_s", "prefix_hit_ratio", "generation_tokens_per_s")
     if s.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=["time_unix", "t_s", *state, *rates])
     s = s.sort_values("time_unix").reset_index(drop=True)
     t0 = float(s["time_unix"].iloc[0]) if t0_unix is None else t0_unix
     out = pd.DataFrame({"time_unix": s["time_unix"], "t_s": s["time_unix"] - t0})
-    for c in (
-        "kv_usage_ratio",
-        "kv_capacity_tokens",
-        "kv_capacity_blocks",
-        "requests_running",
-        "requests_waiting",
-        "preemptions",
-    ):
+    for c in state:
         out[c] = pd.to_numeric(s[c], errors="coerce").astype(float)
     deltas = {c: counter_increase(s[c]).fillna(0.0) for c in COUNTERS}
     out["preemptions_delta"] = deltas["preemptions"]

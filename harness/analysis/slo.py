@@ -1,8 +1,9 @@
 """Service-level objectives: parsing `ttft=1s,tpot=100ms` and testing requests against them.
 
 Invariants:
-- Thresholds are seconds internally; durations must carry a unit (ms or s), because a bare
-  "100" is as likely to mean milliseconds as seconds and a wrong guess is silent.
+- Thresholds are seconds internally; durations use kvscope's one grammar (`exporter.units`:
+  500ms, 2s, 1m) and must carry a unit, because a bare "100" is as likely to mean
+  milliseconds as seconds and a wrong guess is silent.
 - A request meets the SLOs only when it succeeded and every metric with a threshold is
   within it. A metric a request cannot have (TPOT with fewer than two tokens per choice)
   does not fail it: there was no decode phase to be slow in.
@@ -10,11 +11,12 @@ Invariants:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from exporter.units import parse_duration
 
 # name -> meaning; "itl" is the request's worst inter-token gap (a stall), not its mean.
 SLO_METRICS: dict[str, str] = {
@@ -23,16 +25,6 @@ SLO_METRICS: dict[str, str] = {
     "e2e": "end-to-end request latency",
     "itl": "longest inter-token gap within a request",
 }
-_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)\s*")
-
-
-def parse_duration(text: str) -> float:
-    """'100ms' -> 0.1, '1.5s' -> 1.5. Raises ValueError without a unit."""
-    m = _DURATION.fullmatch(text)
-    if not m:
-        raise ValueError(f"not a duration: {text!r} (give a unit: e.g. 250ms or 1.5s)")
-    value = float(m.group(1))
-    return value / 1000.0 if m.group(2) == "ms" else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +65,7 @@ def parse_slos(text: str | None) -> Slos:
             )
         if key in values:
             raise ValueError(f"SLO {key!r} given twice")
-        seconds = parse_duration(value)
+        seconds = parse_duration(value, require_unit=True)
         if seconds <= 0:
             raise ValueError(f"SLO {key!r} must be positive")
         values[key] = seconds

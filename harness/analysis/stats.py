@@ -9,7 +9,6 @@ Invariants:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -55,27 +54,3 @@ def distribution(values: Iterable[float] | np.ndarray) -> Distribution:
     return Distribution(
         int(arr.size), float(arr.mean()), float(arr.min()), float(arr.max()), *(float(q) for q in qs)
     )
-
-
-def finite_or_none(x: Any) -> Any:
-    """JSON-safe scalar: NaN/inf and numpy scalars become None / plain Python numbers."""
-    if x is None:
-        return None
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(float(x)) else None
-    if isinstance(x, np.bool_):
-        return bool(x)
-    return x
-
-
-def json_safe(obj: Any) -> Any:
-    """Recursively make dicts/lists/dataclass dicts JSON-safe (no NaN, no numpy types)."""
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if hasattr(obj, "to_dict"):
-        return json_safe(obj.to_dict())
-    return finite_or_none(obj)

@@ -13,21 +13,24 @@ the report and the sweep table always agree. Invariants:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from harness.analysis.bundle import Bundle, load_bundle, measured
 from harness.analysis.join import analyse_join
 from harness.analysis.latency import analyse_latency, window_bounds
 from harness.analysis.selfcheck import self_check
 from harness.analysis.server import clip_to_window, summarise_server, timeline
 from harness.analysis.slo import Slos, parse_slos
-from harness.analysis.stats import distribution, json_safe
+from harness.analysis.stats import distribution
+from harness.bundle.jsonfile import json_safe, write_json
+from harness.bundle.read import Bundle, measured, read_bundle
+from harness.bundle.schema import SUMMARY
+from harness.formatting import ms
 
 SCHEMA = "kvscope.summary/1"
+NA = "n/a"  # a figure the run did not measure, in the verdict sentences
 
 
 def slos_from_run(run: dict[str, Any]) -> Slos:
@@ -43,13 +46,22 @@ def slos_from_run(run: dict[str, Any]) -> Slos:
     return Slos()
 
 
+def stated_model(run: dict[str, Any]) -> str | None:
+    """The model id the server stated in /v1/models (run.json's deployment facts)."""
+    engine = (run.get("deployment") or {}).get("engine") if isinstance(run.get("deployment"), dict) else None
+    fact = engine.get("model") if isinstance(engine, dict) else None
+    value = fact.get("value") if isinstance(fact, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
 def run_info(run: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
     """The run's identity for headers, read loosely (the harness owns run.json's layout)."""
     cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
     req = bundle.requests
-    # The server's own name first: with --simulate the configured --model is not what it serves.
-    served = bundle.server["model"].dropna() if len(bundle.server) else []
-    model = str(served.iloc[0]) if len(served) else run.get("model") or cfg.get("model")
+    # The server's own name first: with --simulate the configured --model is not what it serves;
+    # a server whose metrics carry no model label (llama.cpp) names it in /v1/models.
+    served = [str(m) for m in (bundle.server["model"].dropna() if len(bundle.server) else []) if m]
+    model = served[0] if served else stated_model(run) or run.get("model") or cfg.get("model")
     workload = run.get("workload") or cfg.get("workload")
     if isinstance(workload, dict):
         workload = workload.get("name")
@@ -74,7 +86,7 @@ def run_info(run: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
 
 def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> dict[str, Any]:
     """Every headline figure of one run as a JSON-safe dict (see the module docstring)."""
-    b = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
+    b = bundle if isinstance(bundle, Bundle) else read_bundle(bundle)
     s = parse_slos(slos) if isinstance(slos, str) else (slos if slos else slos_from_run(b.run))
     lat = analyse_latency(b.requests, s)
     req = measured(b.requests)
@@ -82,7 +94,7 @@ def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> di
     srv = summarise_server(server)
     tl = timeline(server)
     joined = analyse_join(b.requests, tl, srv.preemption_onset_unix)
-    check = self_check(b.requests, server, b.run, b.extra.get("client_log_warnings"))
+    check = self_check(b.requests, server, b.run, b.client_log_warnings)
     out = {
         "schema": SCHEMA,
         "run": run_info(b.run, b),
@@ -122,6 +134,10 @@ def client_block(all_requests, s: dict[str, Any]) -> dict[str, Any]:
         "ok": len(ok),
         "failed": len(req) - len(ok),
         "errors_by_class": s["errors"]["by_class"],
+        # sent again on a fresh connection after a stale keep-alive one (not failures)
+        "retried": int(
+            pd.to_numeric(req.get("retries", pd.Series(dtype=float)), errors="coerce").fillna(0).sum()
+        ),
         "calibration_requests": len(all_requests) - len(req),
         "duplicate_request_ids": int(all_requests["request_id"].duplicated().sum()),
         "window_s": tp["window_s"] if len(req) else None,
@@ -165,18 +181,16 @@ def headline_figures(s: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _ms(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 1000:.0f} ms"
-
-
 def verdicts(s: dict[str, Any]) -> list[str]:
     """A few sentences a serving engineer reads first."""
     lat, tp, srv = s["latency"], s["throughput"], s["server"]
     lines = [
         f"{s['requests']['ok']} of {s['requests']['total']} requests succeeded; "
-        f"{tp['requests_per_s']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s over {tp['window_s']:.1f} s.",
-        f"TTFT p50 {_ms(lat['ttft']['p50'])}, p99 {_ms(lat['ttft']['p99'])}; TPOT p50 {_ms(lat['tpot']['p50'])}, "
-        f"p99 {_ms(lat['tpot']['p99'])}; E2E p99 {_ms(lat['e2e']['p99'])}.",
+        f"{tp['requests_per_s']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s "
+        f"over {tp['window_s']:.1f} s.",
+        f"TTFT p50 {ms(lat['ttft']['p50'], missing=NA)}, p99 {ms(lat['ttft']['p99'], missing=NA)}; "
+        f"TPOT p50 {ms(lat['tpot']['p50'], missing=NA)}, "
+        f"p99 {ms(lat['tpot']['p99'], missing=NA)}; E2E p99 {ms(lat['e2e']['p99'], missing=NA)}.",
     ]
     if s["slos"]:
         g = s["goodput"]
@@ -198,9 +212,6 @@ def verdicts(s: dict[str, Any]) -> list[str]:
 
 def write_summary(bundle_dir: str | Path, slos: Slos | str | None = None) -> dict[str, Any]:
     """Compute the summary of the bundle in `bundle_dir` and write it to summary.json."""
-    summary = summarize(load_bundle(bundle_dir), slos)
-    path = Path(bundle_dir) / "summary.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    summary = summarize(read_bundle(bundle_dir), slos)
+    write_json(Path(bundle_dir) / SUMMARY, summary)
     return summary

@@ -1,32 +1,8 @@
-"""`write_report(dir)`: report.md, a self-contained report.html and plots/ for a run or a sweep.
-
-A folder with sweep.json is a sweep (see harness/sweep.py); otherwise it is a run bundle.
-The "## Advice" section comes first: `advice_markdown` when the advisor passes it, else
-advice.json when the folder has one, else a note saying how to get advice. Writing is
-idempotent: the files are rewritten from the bundle each time, never appended to.
+"""The report of a run or a sweep (report.md, a self-contained report.html, plots/): a
+`document` of sections built from the analysis's summary (`content`, `sweep_content`,
+`build`) and rendered twice (`markdown`, `html`), so the two files cannot disagree;
+`write.write_report` is the entry point. Every figure comes from `harness.analysis`, the
+advice from the advisor's `Advice` type. May import `harness.analysis`, `harness.advisor`
+(its record and Markdown only), `harness.bundle`, `harness.formatting`, pandas, numpy,
+matplotlib (Agg canvas).
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-
-from harness.analysis.slo import Slos
-
-
-def write_report(
-    directory: str | Path, advice_markdown: str | None = None, slos: Slos | str | None = None
-) -> Path:
-    """Write the report files into `directory`; returns the path of report.html."""
-    from harness.report.build import build_document
-    from harness.report.html import render_html
-    from harness.report.markdown import render_markdown
-
-    d = Path(directory)
-    doc = build_document(d, advice_markdown, slos)
-    (d / "report.md").write_text(render_markdown(doc), encoding="utf-8")
-    out = d / "report.html"
-    out.write_text(render_html(doc, d), encoding="utf-8")
-    return out
-
-
-__all__ = ["write_report"]

@@ -5,31 +5,25 @@ Figures are written to DIR/plots/ (the Markdown report links them; the HTML embe
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.bundle import load_bundle, measured
+from harness.advisor.record import read_advice
 from harness.analysis.latency import itl_values, throughput_over_time, window_bounds
 from harness.analysis.server import clip_to_window, timeline
 from harness.analysis.slo import Slos, parse_slos, per_request_metrics
 from harness.analysis.summary import slos_from_run, summarize
+from harness.bundle.jsonfile import read_json_object
+from harness.bundle.read import Bundle, measured, read_bundle
+from harness.bundle.schema import SWEEP_JSON
 from harness.report import plots
 from harness.report.content import run_document
 from harness.report.document import Document
 from harness.report.sweep_content import sweep_document
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def run_figures(d: Path, slos: Slos) -> tuple[dict[str, Any], dict[str, str]]:
-    bundle = load_bundle(d)
+def run_figures(bundle: Bundle, slos: Slos) -> tuple[dict[str, Any], dict[str, str]]:
+    d = bundle.path
     summary = summarize(bundle, slos)
     req = measured(bundle.requests)
     ok = req[req["ok"]]
@@ -63,11 +57,11 @@ def sweep_figures(d: Path, sw: dict[str, Any]) -> dict[str, str]:
 
 
 def build_document(d: Path, advice_markdown: str | None, slos: Slos | str | None) -> Document:
-    advice_json = _read_json(d / "advice.json")
-    sw = _read_json(d / "sweep.json")
-    if sw is not None:
-        return sweep_document(sw, sweep_figures(d, sw), advice_markdown, advice_json)
-    run = _read_json(d / "run.json") or {}
-    s = parse_slos(slos) if isinstance(slos, str) else (slos or slos_from_run(run))
-    summary, figures = run_figures(d, s)
-    return run_document(summary, figures, advice_markdown, advice_json)
+    advice = read_advice(d)
+    if (d / SWEEP_JSON).exists():
+        sw = read_json_object(d / SWEEP_JSON)
+        return sweep_document(sw, sweep_figures(d, sw), advice_markdown, advice)
+    bundle = read_bundle(d)
+    s = parse_slos(slos) if isinstance(slos, str) else (slos or slos_from_run(bundle.run))
+    summary, figures = run_figures(bundle, s)
+    return run_document(summary, figures, advice_markdown, advice)

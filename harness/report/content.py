@@ -11,8 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from harness.advisor.record import Advice
+from harness.formatting import ms_cell, num, pct
 from harness.report.advice import advice_blocks
-from harness.report.document import Bullets, Document, Image, Para, Table, ms, num, pct
+from harness.report.document import Bullets, Document, Image, Para, Table
 
 LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL (every gap)"), ("e2e", "E2E"))
 
@@ -27,12 +29,12 @@ def dist_row(name: str, d: dict[str, Any]) -> list[str]:
     return [
         name,
         str(d["count"]),
-        ms(d["mean"]),
-        ms(d["p50"]),
-        ms(d["p90"]),
-        ms(d["p95"]),
-        ms(d["p99"]),
-        ms(d["max"]),
+        ms_cell(d["mean"]),
+        ms_cell(d["p50"]),
+        ms_cell(d["p90"]),
+        ms_cell(d["p95"]),
+        ms_cell(d["p99"]),
+        ms_cell(d["max"]),
     ]
 
 
@@ -43,7 +45,7 @@ def run_document(
     s: dict[str, Any],
     figures: dict[str, str],
     advice_markdown: str | None,
-    advice_json: dict[str, Any] | None,
+    advice: Advice | None,
 ) -> Document:
     info = s["run"]
     load = f"rate {info['rate']}/s" if info.get("rate") else f"{info.get('users') or '?'} users"
@@ -54,7 +56,7 @@ def run_document(
             f"bundle {info.get('path') or '?'}",
         ],
     )
-    doc.section("Advice").blocks += advice_blocks(advice_markdown, advice_json)
+    doc.section("Advice").blocks += advice_blocks(advice_markdown, advice)
 
     check = s["selfcheck"]
     sec = doc.section("Measurement self-check")
@@ -72,14 +74,14 @@ def run_document(
             ["check", "value"],
             [
                 ["method", check["method"]],
-                ["client delay floor (network + parsing)", f"{ms(check['delay_floor_s'])} ms"],
+                ["client delay floor (network + parsing)", f"{ms_cell(check['delay_floor_s'])} ms"],
                 [
                     "client lag p50 / p99 (above the floor)",
-                    f"{ms(check['lag_p50_s'])} / {ms(check['lag_p99_s'])} ms",
+                    f"{ms_cell(check['lag_p50_s'])} / {ms_cell(check['lag_p99_s'])} ms",
                 ],
-                ["TTFT p99 moved by the client", f"{ms(check['ttft_p99_distortion_s'])} ms"],
-                ["E2E p99 moved by the client", f"{ms(check['e2e_p99_distortion_s'])} ms"],
-                ["open-loop schedule lag p99", f"{ms(check['schedule_lag_p99_s'])} ms"],
+                ["TTFT p99 moved by the client", f"{ms_cell(check['ttft_p99_distortion_s'])} ms"],
+                ["E2E p99 moved by the client", f"{ms_cell(check['e2e_p99_distortion_s'])} ms"],
+                ["open-loop schedule lag p99", f"{ms_cell(check['schedule_lag_p99_s'])} ms"],
                 ["load-generator CPU warnings", str(len(check["cpu_warnings"]))],
             ],
         )
@@ -131,11 +133,15 @@ def run_document(
                     ["model (as the server names it)", str(srv["model"])],
                     [
                         "KV capacity",
-                        f"{num(srv['kv_capacity_tokens'], 0)} tokens ({num(srv['kv_capacity_blocks'], 0)} blocks)",
+                        f"{num(srv['kv_capacity_tokens'], 0)} tokens "
+                        f"({num(srv['kv_capacity_blocks'], 0)} blocks)",
                     ],
                     [
                         "KV usage mean / p95 / max",
-                        f"{pct(srv['mean_kv_usage_ratio'])} / {pct(srv['p95_kv_usage_ratio'])} / {pct(srv['peak_kv_usage_ratio'])}",
+                        " / ".join(
+                            pct(srv[k])
+                            for k in ("mean_kv_usage_ratio", "p95_kv_usage_ratio", "peak_kv_usage_ratio")
+                        ),
                     ],
                     ["time with KV usage ≥ 90%", f"{num(srv['time_above_90pct_s'], 0)} s"],
                     ["prefix-cache hit ratio (run)", pct(srv["prefix_hit_ratio"])],
@@ -145,7 +151,8 @@ def run_document(
                     ],
                     [
                         "running max / waiting max / waiting mean",
-                        f"{num(srv['peak_requests_running'], 0)} / {num(srv['peak_requests_waiting'], 0)} / {num(srv['mean_requests_waiting'], 1)}",
+                        f"{num(srv['peak_requests_running'], 0)} / {num(srv['peak_requests_waiting'], 0)}"
+                        f" / {num(srv['mean_requests_waiting'], 1)}",
                     ],
                 ],
             )
@@ -170,16 +177,16 @@ def run_document(
                     [
                         "before preemptions began",
                         str(pre["before"]["count"]),
-                        ms(pre["before"]["p50"]),
-                        ms(pre["before"]["p99"]),
-                        ms(pre["e2e_before"]["p99"]),
+                        ms_cell(pre["before"]["p50"]),
+                        ms_cell(pre["before"]["p99"]),
+                        ms_cell(pre["e2e_before"]["p99"]),
                     ],
                     [
                         "after",
                         str(pre["after"]["count"]),
-                        ms(pre["after"]["p50"]),
-                        ms(pre["after"]["p99"]),
-                        ms(pre["e2e_after"]["p99"]),
+                        ms_cell(pre["after"]["p50"]),
+                        ms_cell(pre["after"]["p99"]),
+                        ms_cell(pre["e2e_after"]["p99"]),
                     ],
                 ],
                 f"onset: first sample whose preemption counter increased, {_when(pre['onset_unix'])}",
@@ -198,10 +205,10 @@ def run_document(
                         b["band"],
                         str(b["requests"]),
                         str(b["failed"]),
-                        ms(b["ttft"]["p50"]),
-                        ms(b["ttft"]["p99"]),
-                        ms(b["tpot"]["p99"]),
-                        ms(b["e2e"]["p99"]),
+                        ms_cell(b["ttft"]["p50"]),
+                        ms_cell(b["ttft"]["p99"]),
+                        ms_cell(b["tpot"]["p99"]),
+                        ms_cell(b["e2e"]["p99"]),
                     ]
                     for b in s["kv_bands"]
                 ],
@@ -221,7 +228,8 @@ def run_document(
                     dist_row("TTFT, preempted requests", cs["ttft_preempted"]),
                     dist_row("TTFT, never preempted", cs["ttft_not_preempted"]),
                 ],
-                f"per request, from the server's own timings; median queue share of TTFT {pct(cs['queue_share_of_ttft_median'])}",
+                "per request, from the server's own timings; median queue share of TTFT "
+                f"{pct(cs['queue_share_of_ttft_median'])}",
             )
         )
 
@@ -257,7 +265,8 @@ def run_document(
                     ("output tokens", ln["output_tokens"]),
                 )
             ],
-            f"achieved / target, median: prompt {num(ln.get('prompt_median_ratio'))}, output {num(ln.get('output_median_ratio'))}; "
+            f"achieved / target, median: prompt {num(ln.get('prompt_median_ratio'))}, "
+            f"output {num(ln.get('output_median_ratio'))}; "
             f"token counts from: {', '.join(f'{k} {v}' for k, v in ln['usage_sources'].items()) or '–'}",
         )
     )

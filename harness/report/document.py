@@ -60,15 +60,3 @@ class Document:
         s = Section(title)
         self.sections.append(s)
         return s
-
-
-def ms(x: float | None) -> str:
-    return "–" if x is None else f"{x * 1000:.1f}" if abs(x) < 0.1 else f"{x * 1000:.0f}"
-
-
-def num(x: float | None, digits: int = 2) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
-
-
-def pct(x: float | None) -> str:
-    return "–" if x is None else f"{x * 100:.1f}%"

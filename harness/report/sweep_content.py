@@ -1,4 +1,4 @@
-"""Build the Document of a sweep's report from sweep.json (see harness/sweep.py).
+"""Build the Document of a sweep's report from sweep.json (see `harness.sweep`).
 
 The sweep answers two questions first (after the advice): where is the knee, and what is the
 highest load that meets the SLOs; then the table of points and the curve. Point bundles
@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.advisor.record import Advice
+from harness.formatting import ms_cell, num, pct
 from harness.report.advice import advice_blocks
-from harness.report.document import Bullets, Document, Image, Para, Table, ms, num, pct
+from harness.report.document import Bullets, Document, Image, Para, Table
 
 
 def sweep_document(
     sw: dict[str, Any],
     figures: dict[str, str],
     advice_markdown: str | None,
-    advice_json: dict[str, Any] | None,
+    advice: Advice | None,
 ) -> Document:
     cfg = sw.get("config", {})
     kind = "request rates" if cfg.get("mode") == "rate" else "concurrencies"
@@ -28,15 +30,16 @@ def sweep_document(
             f"status {sw.get('status', '?')}"
         ],
     )
-    doc.section("Advice").blocks += advice_blocks(advice_markdown, advice_json)
+    doc.section("Advice").blocks += advice_blocks(advice_markdown, advice)
     knee = sw.get("knee") or {}
     sec = doc.section("Knee and SLO limit")
     sec.blocks.append(Para(knee.get("explanation") or "no points were measured", strong=True))
     sec.blocks.append(Para(sw.get("best_explanation") or ""))
     sec.blocks.append(
         Para(
-            "Knee: for each step between loads, elasticity = Δln(E2E p99) / Δln(output tok/s); the knee is the last "
-            "point before the first step with elasticity > 1 (more of the added load turned into waiting than into "
+            "Knee: for each step between loads, elasticity = Δln(E2E p99) / Δln(output tok/s); "
+            "the knee is the last point before the first step with elasticity > 1 "
+            "(more of the added load turned into waiting than into "
             "work) or where throughput stopped growing while latency rose."
         )
     )
@@ -62,10 +65,10 @@ def sweep_document(
                 str(p["failed"]),
                 num(p["requests_per_s"]),
                 num(p["output_tokens_per_s"], 1),
-                ms(p["ttft_p50_s"]),
-                ms(p["ttft_p99_s"]),
-                ms(p["tpot_p99_s"]),
-                ms(p["e2e_p99_s"]),
+                ms_cell(p["ttft_p50_s"]),
+                ms_cell(p["ttft_p99_s"]),
+                ms_cell(p["tpot_p99_s"]),
+                ms_cell(p["e2e_p99_s"]),
                 "–" if e is None else f"{e:.2f}",
                 pct(p["attainment"]),
                 pct(p["peak_kv_usage_ratio"]),

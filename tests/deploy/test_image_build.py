@@ -57,7 +57,10 @@ def test_exporter_image_config_is_non_root_with_healthcheck(exporter_image):
 @pytest.mark.slow
 def test_exporter_image_has_nothing_heavy_and_its_entrypoint_scrapes(exporter_image, container, vllm_target):
     modules = sorted(HEAVY | {"aiohttp"})
-    script = f"import importlib.util as u, json; print(json.dumps({{m: bool(u.find_spec(m)) for m in {modules!r}}}))"
+    script = (
+        "import importlib.util as u, json; "
+        f"print(json.dumps({{m: bool(u.find_spec(m)) for m in {modules!r}}}))"
+    )
     found = subprocess.run(
         buildah_run(container, "python", "-c", script), capture_output=True, text=True, timeout=60
     )

@@ -72,7 +72,8 @@ FRAMING = {
         400,
     ),
     "bad chunk size": (
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhi\r\n0\r\n\r\n",
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"zz\r\nhi\r\n0\r\n\r\n",
         400,
     ),
     "negative Content-Length": (

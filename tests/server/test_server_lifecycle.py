@@ -21,6 +21,7 @@ from reference_engine.engine_factory import build_engine
 from reference_engine.server.app import create_app
 from reference_engine.server.background import BackgroundServer
 from reference_engine.server.state import ServerConfig
+from tests.support.paths import ROOT
 
 KEY = "sk-test-4f1c9a7e-very-secret"
 MODEL = "tiny"
@@ -158,7 +159,7 @@ class ServerProcess:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **(env or {})},
-            cwd=os.path.dirname(os.path.dirname(__file__)),
+            cwd=ROOT,
         )
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from reference_engine.config import EngineConfig
 from reference_engine.sampling_params import SamplingParams
 from reference_engine.sim.engine import SimSpec, build_sim_engine, load_sim_tokenizer
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.slow
 GiB = 1 << 30
@@ -98,7 +98,7 @@ class SimServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            cwd=os.path.dirname(os.path.dirname(__file__)),
+            cwd=ROOT,
         )
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.procs import free_port, http_get, wait_http
+from harness.run.commands import engine_command, kvscope_command
+from harness.run.procs import free_port, http_get, wait_http
 from tests.support.paths import ROOT
 from tests.support.prometheus import stop_process
 
@@ -35,20 +36,7 @@ def server(argv: list[str], port: int, health: str, timeout_s: float, log: Path)
 @contextmanager
 def engine(tmp: Path, *flags: str) -> Iterator[str]:
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "engine",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--model",
-        "tiny-random",
-        *flags,
-    ]
+    argv = engine_command("tiny-random", list(flags), port)
     with server(argv, port, "/health", 180.0, tmp / "engine.log") as url:
         yield url
 
@@ -63,6 +51,15 @@ def standin(tmp: Path, mode: str, gap_s: float = 0.005) -> Iterator[str]:
         30.0,
         tmp / f"standin-{mode}.log",
     ) as url:
+        yield url
+
+
+@contextmanager
+def http_faults(tmp: Path, mode: str) -> Iterator[str]:
+    """tests/support/http_faults.py in MODE (ok, stale, hang, drop) on a free port."""
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.support.http_faults", str(port), mode]
+    with server(argv, port, "/health", 30.0, tmp / f"faults-{mode}.log") as url:
         yield url
 
 
@@ -89,7 +86,7 @@ def kvscope_run(*args: str, timeout_s: float = 240.0) -> tuple[int, str, float]:
     """(exit status, stderr+stdout, seconds) of `kvscope run ARGS`."""
     start = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "--quiet", *args],
+        kvscope_command("run", "--quiet", *args),
         capture_output=True,
         text=True,
         timeout=timeout_s,

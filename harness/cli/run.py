@@ -1,0 +1,119 @@
+"""`kvscope run`: one load test, from starting the target to the results bundle.
+
+Import-light: argparse and the option declarations only; Locust, pandas and the engine are
+imported (or started as subprocesses) by the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from exporter.units import host_port
+from harness.cli.load_flags import add_engine_flags, add_workload_options
+from harness.run.engine_flags import STARTUP_TIMEOUT_S
+from harness.workload.options import WORKLOADS
+
+RUN_EPILOG = """\
+examples:
+  kvscope run --workload shared_prefix --model smollm2-135m --num-blocks 48 --duration 90s
+  kvscope run --target http://gpu-box:8000 --workload chat --users 32 --spawn-rate 8 --duration 5m
+  kvscope run --target http://gpu-box:8000 --workload rate --rate 4 --arrival poisson --workers 2
+  kvscope run --workload chat --simulate --sim-model llama-3.1-70b --sim-gpu h100-80gb --users 256
+
+closed loop (--users N): N users, each sending when its previous answer is in.
+open loop (--rate R): R requests/s in total, whatever the server does; --users is then the
+most requests in flight (default 64), and each request records how late it left.
+
+The bundle (--out DIR): run.json (the configuration, how the run ended, and the deployment
+facts with their source: the bundled engine's configuration, or what a --target stated),
+requests.parquet, server.parquet, summary.json, logs/, raw/ (records and exporter samples as
+JSON lines), locust/ (Locust's CSVs).
+Load it with harness.results.load(DIR).
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run a load test (against the bundled engine or --target) and write a results bundle",
+        description="Start the target (the bundled engine unless --target is given), the exporter on its "
+        "/metrics, and a Locust workload (headless master + local workers); show live progress; "
+        "write the results bundle. Workloads: "
+        + "; ".join(f"{n}: {s.summary}" for n, s in WORKLOADS.items()),
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "--target", metavar="URL", help="an OpenAI-compatible server (default: start the bundled engine)"
+    )
+    p.add_argument(
+        "--workload", required=True, choices=sorted(WORKLOADS), help="which loadtests/NAME.py to run"
+    )
+    p.add_argument(
+        "--users",
+        type=int,
+        help="closed loop: concurrent users (default 8); open loop: most in flight (default 64)",
+    )
+    p.add_argument("--spawn-rate", type=float, help="users started per second (default: all within a second)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        help="open loop: requests per second in total (Poisson unless --arrival constant)",
+    )
+    p.add_argument(
+        "--duration",
+        default="60s",
+        metavar="DURATION",
+        help="how long to send requests, e.g. 90s, 5m (default 60s)",
+    )
+    p.add_argument("--workers", type=int, default=1, help="local Locust worker processes (default 1)")
+    p.add_argument(
+        "--remote-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also wait for N `kvscope worker` processes from other machines (use with --master-bind)",
+    )
+    p.add_argument(
+        "--master-bind",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="where the Locust master listens for workers "
+        "(default 127.0.0.1 and a free port; use 0.0.0.0:5557 to accept other machines)",
+    )
+    p.add_argument("--out", metavar="DIR", help="results bundle folder (default runs/<time>-<workload>)")
+    p.add_argument(
+        "--model",
+        help="with the bundled engine: the engine's --model (default: the engine's, smollm2-135m; "
+        "tiny-random starts in seconds); "
+        "with --target: the model name to request (default: the first in /v1/models)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=STARTUP_TIMEOUT_S,
+        metavar="S",
+        help="seconds to wait for the bundled engine's /health (default 300)",
+    )
+    p.add_argument(
+        "--deployment",
+        metavar="KEY=VALUE,...",
+        help="with --target: what you know about the server that it does not state, recorded in run.json "
+        "as yours, e.g. model=llama-3.1-8b,gpu=h100-80gb,tp=1,kv-cache-dtype=auto,num-gpu-blocks=9518,"
+        "max-num-seqs=256 (keys: model, gpu, tp, gpu-memory-utilization, weight-dtype, kv-cache-dtype, "
+        "num-gpu-blocks, block-size, max-num-seqs, max-num-batched-tokens, max-model-len, "
+        "enable-prefix-caching, allocator); the advice names what it lacks",
+    )
+    p.add_argument("--quiet", action="store_true", help="no live progress line")
+    add_workload_options(
+        p, "workload options (each workload uses some; see `locust -f loadtests/NAME.py --help`)"
+    )
+    add_engine_flags(p)
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from harness.run.orchestrate import run_from_args
+
+    return run_from_args(args)

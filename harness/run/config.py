@@ -1,0 +1,204 @@
+"""`kvscope run`'s configuration as one typed record, built and checked before anything starts.
+
+Everything a run does is decided here from the command line, so run.json can store the
+whole configuration and a mistake (an unknown workload option, a replay without a trace,
+engine flags that do not parse) fails in milliseconds rather than after the engine has
+loaded. The checks `kvscope sweep` shares (workload options, engine flags, --target, the
+default output folder) are the functions below `RunConfig`, used by both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from exporter.units import parse_duration
+from harness.bundle.deployment import DeploymentFacts
+from harness.bundle.deployment_option import parse_deployment
+from harness.run.deployment import bundled_facts
+from harness.run.engine_flags import STARTUP_TIMEOUT_S, engine_argv
+from harness.workload.options import (
+    DRAIN_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    SET_BY_RUN,
+    WORKLOADS,
+    options_for,
+    run_options,
+    to_argv,
+)
+
+CLOSED_LOOP_USERS = 8
+OPEN_LOOP_USERS = 64
+MASTER_HOST = "127.0.0.1"
+
+
+class ConfigError(ValueError):
+    """A run that cannot work as asked; the message says what to change."""
+
+
+@dataclass(slots=True)
+class RunConfig:
+    """`deployment`: for the bundled engine, the configuration it will run with (from the
+    same argv it is given); for --target None until the server states what it serves.
+    `deployment_text`: the user's `--deployment` statement about a --target (checked here,
+    recorded as facts at the end of the run)."""
+
+    workload: str
+    target: str | None
+    users: int
+    spawn_rate: float
+    rate: float
+    duration_s: float
+    workers: int
+    remote_workers: int
+    master_host: str
+    master_port: int | None  # None: pick a free port
+    out: Path
+    model: str | None
+    workload_argv: list[str] = field(default_factory=list)
+    engine_argv: list[str] = field(default_factory=list)
+    drain_timeout_s: float = DRAIN_TIMEOUT_S
+    request_timeout_s: float = REQUEST_TIMEOUT_S
+    startup_timeout_s: float = STARTUP_TIMEOUT_S
+    progress: bool = True
+    api_key: str = ""
+    deployment: DeploymentFacts | None = None
+    deployment_text: str = ""
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate > 0 or self.workload == "replay"
+
+    def to_dict(self) -> dict[str, Any]:
+        """run.json's `config` (the deployment facts have their own key there)."""
+        d = asdict(self)
+        d.pop("deployment")
+        d["out"] = str(self.out)
+        if self.api_key:
+            d["api_key"] = "<redacted>"
+        d["workload_argv"] = redact(self.workload_argv)
+        d["engine_argv"] = redact(self.engine_argv)
+        return d
+
+
+def redact(argv: list[str]) -> list[str]:
+    return ["<redacted>" if i and argv[i - 1] == "--api-key" else a for i, a in enumerate(argv)]
+
+
+def workload_argv(args: argparse.Namespace, workload: str) -> list[str]:
+    """The workload's options the user gave, as flags; ConfigError for another workload's."""
+    own = {o.flag for o in options_for(workload)}
+    foreign = {
+        o.flag
+        for o in run_options()
+        if o.flag not in own and getattr(args, o.dest, None) not in (None, False)
+    }
+    if foreign:
+        raise ConfigError(f"workload {workload!r} has no option(s) {', '.join(sorted(foreign))}")
+    return to_argv(tuple(o for o in options_for(workload) if o.dest not in SET_BY_RUN), args)
+
+
+def bundled_engine_argv(args: argparse.Namespace) -> list[str]:
+    """The engine flags given; ConfigError when they come with --target (they would be lost)."""
+    argv = engine_argv(args)
+    if args.target and argv:
+        raise ConfigError(
+            f"engine flags ({' '.join(argv)}) only apply to the bundled engine, not to --target"
+        )
+    return argv
+
+
+def target_url(text: str | None) -> str | None:
+    if text and not text.startswith(("http://", "https://")):
+        raise ConfigError(f"--target must be an http(s) URL, got {text!r}")
+    return text.rstrip("/") if text else None
+
+
+def duration(text: str, flag: str) -> float:
+    """A positive duration (`90s`, `5m`, `1h`, bare seconds); ConfigError naming the flag."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+    if seconds <= 0:
+        raise ConfigError(f"{flag}: a duration must be positive, got {text!r}")
+    return seconds
+
+
+def default_out(name: str) -> Path:
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+
+
+def from_args(args: argparse.Namespace) -> RunConfig:
+    workload = args.workload
+    forwarded = workload_argv(args, workload)
+    if workload == "replay" and not getattr(args, "trace", None):
+        raise ConfigError("the replay workload needs --trace FILE")
+    duration_s = duration(args.duration, "--duration")
+    rate = float(args.rate) if args.rate is not None else float(WORKLOADS[workload].defaults.get("rate", 0.0))
+    if rate < 0 or not math.isfinite(rate):
+        raise ConfigError(f"--rate must be a positive number, got {args.rate}")
+    open_loop = rate > 0 or workload == "replay"
+    users = args.users if args.users is not None else (OPEN_LOOP_USERS if open_loop else CLOSED_LOOP_USERS)
+    if users < 1 or args.workers < 0 or args.remote_workers < 0:
+        raise ConfigError("--users must be at least 1, --workers and --remote-workers at least 0")
+    if args.workers + args.remote_workers < 1:
+        raise ConfigError("need at least one worker (--workers or --remote-workers)")
+    engine = bundled_engine_argv(args)
+    target = target_url(args.target)
+    if target and args.model:
+        forwarded += ["--model", args.model]
+    forwarded += ["--rate", str(rate)] if rate > 0 else []
+    host, port = args.master_bind or (MASTER_HOST, None)  # (host, port) from the command line
+    out = Path(args.out) if args.out else default_out(workload)
+    if (out / "run.json").exists() or (out / "raw").exists():
+        raise ConfigError(f"{out} already holds a run; choose another --out (records would mix)")
+    try:
+        deployment = None if target else bundled_facts(args.model, engine)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    stated = deployment_statement(getattr(args, "deployment", None), target)
+    return RunConfig(
+        workload=workload,
+        target=target,
+        users=users,
+        spawn_rate=float(args.spawn_rate) if args.spawn_rate else float(users),
+        rate=rate,
+        duration_s=duration_s,
+        workers=args.workers,
+        remote_workers=args.remote_workers,
+        master_host=host,
+        master_port=port,
+        out=out,
+        model=args.model,
+        workload_argv=forwarded,
+        engine_argv=engine,
+        drain_timeout_s=float(args.drain_timeout or DRAIN_TIMEOUT_S),
+        request_timeout_s=float(args.request_timeout or REQUEST_TIMEOUT_S),
+        startup_timeout_s=args.startup_timeout,
+        progress=not args.quiet,
+        api_key=args.api_key or "",
+        deployment=deployment,
+        deployment_text=stated,
+    )
+
+
+def deployment_statement(text: str | None, target: str | None) -> str:
+    """The --deployment text, checked; ConfigError without --target (the bundled engine's
+    configuration is known from its flags) or when it does not parse."""
+    if not text:
+        return ""
+    if not target:
+        raise ConfigError(
+            "--deployment describes a --target server; the bundled engine's configuration is recorded "
+            "from its own flags"
+        )
+    try:
+        parse_deployment(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return text

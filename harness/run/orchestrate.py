@@ -1,0 +1,219 @@
+"""`kvscope run`: target -> exporter -> Locust (master + workers) -> progress -> bundle.
+
+Order matters at both ends. Start: the target must answer before anything measures it
+(an unreachable --target fails within seconds, before Locust starts). Stop — normal end or
+Ctrl-C alike: Locust first (SIGTERM: it drains in-flight requests and the workers' last
+records reach the master), then one more exporter scrape so the server's counters include
+the last requests, then the exporter, then the engine. The bundle is written whatever
+happened, from what reached disk (`finish`); run.json says how the run ended. A
+configuration error exits 2 before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+from harness.run import procs
+from harness.run.commands import (
+    connect_host,
+    engine_command,
+    exporter_command,
+    master_command,
+    worker_command,
+)
+from harness.run.config import ConfigError, RunConfig, from_args
+from harness.run.finish import finish
+from harness.run.progress import JsonlTail, Progress
+from harness.run.server_facts import target_facts
+from harness.run.state import Run, RunFailed
+
+REACH_TIMEOUT_S = 4.0  # per probe of a --target; two probes keep an unreachable target under 10 s
+PROGRESS_EVERY_S = 2.0
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    try:
+        cfg = from_args(args)
+    except ConfigError as exc:
+        print(f"kvscope run: error: {exc}", file=sys.stderr)
+        return 2
+    return execute(cfg)
+
+
+def execute(cfg: RunConfig) -> int:
+    run = Run(cfg)
+    for key in ("logs", "raw", "exporter"):
+        run.paths[key].mkdir(parents=True, exist_ok=True)
+    run.paths["csv"].parent.mkdir(parents=True, exist_ok=True)
+    # SIGTERM (a CI timeout, `kill`) gets the same orderly stop as Ctrl-C: the children live
+    # in their own sessions and would otherwise outlive this process.
+    previous = {sig: signal.signal(sig, run.on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
+    failure: RunFailed | None = None
+    try:
+        start_target(run)
+        run.models = server_models(run.target_url)
+        if cfg.target:
+            run.stated = target_facts(run.target_url, run.models, cfg.model, procs.http_get)
+        start_exporter(run)
+        start_locust(run)
+        watch(run)
+    except RunFailed as exc:
+        failure = exc
+        run.say(f"error: {exc}")
+    finally:
+        master_rc = stop_all(run)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return finish(run, failure, master_rc)
+
+
+def start_target(run: Run) -> None:
+    cfg = run.cfg
+    if cfg.target:
+        for path in ("/health", "/v1/models"):
+            status, reason = procs.http_get(cfg.target + path, REACH_TIMEOUT_S)
+            if status:
+                run.target_url = cfg.target
+                return
+        raise RunFailed(f"cannot reach the target {cfg.target}: {reason.decode(errors='replace')}", code=2)
+    port = procs.free_port()
+    run.say(f"starting the bundled engine ({cfg.model or 'its default model'}) on 127.0.0.1:{port}")
+    child = run.children["engine"] = procs.start(
+        "engine", engine_command(cfg.model, cfg.engine_argv, port, cfg.api_key), run.paths["logs"]
+    )
+    ok, reason = procs.wait_http(
+        f"http://127.0.0.1:{port}/health",
+        cfg.startup_timeout_s,
+        child,
+        ok=lambda s: s == 200 or run.interrupts > 0,
+    )
+    if run.interrupts:
+        raise RunFailed("interrupted while the engine was starting", code=130)
+    if not ok:
+        raise RunFailed(
+            f"the engine did not become healthy ({reason}); last lines of its log:\n{child.log_tail()}"
+        )
+    run.target_url = f"http://127.0.0.1:{port}"
+
+
+def server_models(url: str) -> list[dict]:
+    """What the target serves (id, max_model_len), for run.json; best effort (an API key
+    on /v1 makes this empty)."""
+    status, body = procs.http_get(url + "/v1/models", 3.0)
+    try:
+        cards = json.loads(body).get("data") or [] if status == 200 else []
+    except (ValueError, AttributeError):
+        cards = []
+    return [{k: c.get(k) for k in ("id", "max_model_len", "root")} for c in cards if isinstance(c, dict)]
+
+
+def start_exporter(run: Run) -> None:
+    """Start it and move on: it comes up while Locust starts (both take seconds), and
+    `check_exporter` confirms it from the watch loop."""
+    port = procs.free_port()
+    run.children["exporter"] = procs.start(
+        "exporter", exporter_command(run.cfg, run.target_url, port, run.paths["exporter"]), run.paths["logs"]
+    )
+    run.exporter_url = f"http://127.0.0.1:{port}"
+
+
+def check_exporter(run: Run, deadline: float) -> None:
+    """Once healthy, stop checking; past `deadline` (or if it died), say so once."""
+    child = run.children.get("exporter")
+    if child is None or run.exporter_ok is not None:
+        return
+    if procs.http_get(f"{run.exporter_url}/healthz", 0.3)[0] == 200:
+        run.exporter_ok = True
+    elif not child.running or time.monotonic() > deadline:
+        run.exporter_ok = False
+        run.notes.append(
+            "the exporter did not come up; server.parquet has no samples (see logs/exporter.log)"
+        )
+        run.say(f"warning: {run.notes[-1]}\n{child.log_tail(5)}")
+
+
+def start_locust(run: Run) -> None:
+    cfg, paths = run.cfg, run.paths
+    run.master_port = cfg.master_port or procs.free_port(connect_host(cfg.master_host))
+    argv = master_command(
+        cfg, run.target_url, run.master_port, paths["records"], paths["status"], paths["csv"]
+    )
+    run.children["master"] = procs.start("locust-master", argv, paths["logs"])
+    for i in range(cfg.workers):
+        run.children[f"worker{i}"] = procs.start(
+            f"locust-worker{i}", worker_command(cfg.workload, cfg.master_host, run.master_port), paths["logs"]
+        )
+    if cfg.remote_workers:
+        run.say(
+            f"waiting for {cfg.remote_workers} remote worker(s): "
+            f"kvscope worker --master <this host>:{run.master_port}"
+        )
+    run.say(
+        f"{cfg.workload}: {f'rate {cfg.rate:.3g}/s, ' if cfg.rate else ''}{cfg.users} users, "
+        f"{cfg.duration_s:.0f}s, {cfg.workers} local worker(s) -> {run.target_url}"
+    )
+
+
+def watch(run: Run) -> None:
+    """Progress until the master exits; Ctrl-C asks it to drain, a second Ctrl-C kills."""
+    cfg, master = run.cfg, run.children["master"]
+    progress = Progress(JsonlTail(run.paths["records"]), run.paths["status"], run.paths["exporter"])
+    hard_deadline = time.monotonic() + cfg.duration_s + cfg.drain_timeout_s + 180.0  # startup + drain + slack
+    term_deadline: float | None = None
+    exporter_deadline = time.monotonic() + 30.0
+    workers_gone_at: float | None = None
+    last = 0.0
+    tty = sys.stderr.isatty()
+    while master.running:
+        now = time.monotonic()
+        if run.interrupts and term_deadline is None:
+            master.send_signal(signal.SIGTERM)
+            term_deadline = now + cfg.drain_timeout_s + 20.0
+        # Workers exit right after the master tells them to quit, and the master follows
+        # within a second or two; a master still up 15 s after its last local worker died
+        # has lost its workers (crashed) and is told to stop.
+        locals_gone = (
+            cfg.workers
+            and not cfg.remote_workers
+            and all(not c.running for n, c in run.children.items() if n.startswith("worker"))
+        )
+        workers_gone_at = (workers_gone_at or now) if locals_gone else None
+        if workers_gone_at and now - workers_gone_at > 15.0 and term_deadline is None:
+            run.notes.append("the local workers exited but the master did not; see logs/locust-worker*.log")
+            master.send_signal(signal.SIGTERM)
+            term_deadline = now + 20.0
+        if run.interrupts > 1 or now > hard_deadline or (term_deadline and now > term_deadline):
+            run.notes.append("Locust was killed (did not stop in time)")
+            master.send_signal(signal.SIGKILL)
+            break
+        check_exporter(run, exporter_deadline)
+        if cfg.progress and now - last >= PROGRESS_EVERY_S:
+            last = now
+            print(
+                ("\r" if tty else "") + progress.line(), end="" if tty else "\n", file=sys.stderr, flush=True
+            )
+        time.sleep(0.1)
+    if cfg.progress:
+        print(("\r" if tty else "") + progress.line(), file=sys.stderr, flush=True)
+
+
+def stop_all(run: Run) -> int | None:
+    master = run.children.get("master")
+    master_rc = master.stop(signal.SIGTERM, timeout_s=run.cfg.drain_timeout_s + 20.0) if master else None
+    for name, child in run.children.items():
+        if name.startswith("worker"):
+            child.wait(10.0)
+            child.stop(signal.SIGTERM, timeout_s=5.0)
+    exporter = run.children.get("exporter")
+    if exporter is not None:
+        if exporter.running and run.exporter_ok:
+            time.sleep(1.5)  # one more scrape: the server's counters after the last request
+        exporter.stop(signal.SIGTERM, timeout_s=10.0)
+    engine = run.children.get("engine")
+    if engine is not None:
+        engine.stop(signal.SIGTERM, timeout_s=20.0)
+    return master_rc

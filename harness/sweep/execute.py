@@ -1,0 +1,123 @@
+"""`kvscope sweep`: one short `kvscope run` per load point, then a table, a curve and a knee.
+
+Each point is a full `kvscope run` in a subprocess (`--target` the same server every time),
+so a point is exactly what a user would get by hand, its bundle is complete and reportable on
+its own, and Locust's gevent monkey-patching never touches this process. Without --target
+the bundled engine starts once, before the first point, and serves every point: restarting
+it would add minutes of model load per point and throw away nothing worth throwing away
+(the prefix cache is part of the steady state a sweep measures). The analysis copes with an
+engine reused across points: counters are read as increases, never as absolute values.
+
+Outputs in --out: point-NN/ (a bundle with its own report), sweep.json, sweep.csv, and the
+sweep report (report.md, report.html, plots/sweep.png). Invariant: sweep.json and the table
+printed at the end come from the same rows, built by `point_row` from each point's summary.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.summary import write_summary
+from harness.bundle.schema import REQUESTS
+from harness.run import procs
+from harness.run.commands import LOOPBACK, engine_command, kvscope_command
+from harness.sweep.config import SweepConfig
+from harness.sweep.table import load_label, point_row, write_results
+
+DEFAULT_MODEL = "tiny-random"  # a sweep restarts nothing between points, but starts in seconds
+
+
+def start_engine(cfg: SweepConfig) -> tuple[procs.Child, str]:
+    """The bundled engine on a free port; returns (child, base URL) once /health answers."""
+    port = procs.free_port()
+    argv = engine_command(cfg.model or DEFAULT_MODEL, cfg.engine_args, port)
+    child = procs.start("engine", argv, cfg.out / "logs")
+    url = f"http://{LOOPBACK}:{port}"
+    ok, reason = procs.wait_http(url + "/health", cfg.startup_timeout_s, child)
+    if not ok:
+        tail = child.log_tail()
+        child.stop()
+        raise RuntimeError(f"the engine did not become healthy ({reason}):\n{tail}")
+    return child, url
+
+
+def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
+    out = cfg.out / f"point-{index:02d}"
+    argv = kvscope_command(
+        "run",
+        "--target",
+        target,
+        "--workload",
+        cfg.workload,
+        "--duration",
+        cfg.duration_per_point,
+        "--out",
+        str(out),
+        "--quiet",
+        *cfg.run_args,
+    )
+    argv += (
+        ["--rate", f"{load:g}"]
+        if cfg.mode == "rate"
+        else ["--users", str(int(load)), "--spawn-rate", str(int(load))]
+    )
+    if cfg.target and cfg.model:
+        argv += ["--model", cfg.model]
+    with open(cfg.out / "logs" / f"point-{index:02d}.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:
+            # The run got the same Ctrl-C and is stopping Locust and writing its bundle; killing
+            # it now (as subprocess.call would) would orphan its engine and Locust processes.
+            proc.wait()
+            raise
+    if rc not in (0, 1) or not (out / REQUESTS).exists():
+        raise RuntimeError(
+            f"`kvscope run` for point {index} ({load_label(cfg.mode, load)}) exited {rc}; "
+            f"see {cfg.out / 'logs' / f'point-{index:02d}.log'}"
+        )
+    return out
+
+
+def execute(
+    cfg: SweepConfig, say=lambda m: print(f"kvscope sweep: {m}", file=sys.stderr, flush=True)
+) -> dict[str, Any]:
+    """Run every point, write sweep.json/csv and the reports; returns sweep.json's content."""
+    from harness.report.write import write_report
+
+    (cfg.out / "logs").mkdir(parents=True, exist_ok=True)
+    engine = None
+    rows: list[dict[str, Any]] = []
+    status = "completed"
+    target = cfg.target or ""
+    try:
+        if cfg.target is None:
+            say(f"starting the bundled engine ({cfg.model or DEFAULT_MODEL}) once for all points")
+            engine, target = start_engine(cfg)
+        for i, load in enumerate(cfg.loads):
+            t = time.monotonic()
+            say(f"point {i + 1}/{len(cfg.loads)}: {load_label(cfg.mode, load)} for {cfg.duration_per_point}")
+            bundle = run_point(cfg, i, load, target)
+            summary = write_summary(bundle, cfg.slo or None)
+            write_report(bundle, slos=cfg.slo or None)
+            rows.append(point_row(i, cfg.mode, load, summary, bundle.name))
+            say(
+                f"  {summary['throughput']['output_tokens_per_s']:.1f} output tok/s, E2E p99 "
+                f"{(summary['latency']['e2e']['p99'] or 0) * 1000:.0f} ms ({time.monotonic() - t:.0f} s)"
+            )
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except RuntimeError as exc:
+        status = f"failed: {exc}"
+        say(f"error: {exc}")
+    finally:
+        if engine is not None:
+            engine.stop()
+    result = write_results(cfg, rows, status, target)
+    write_report(cfg.out)
+    return result

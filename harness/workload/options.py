@@ -1,0 +1,256 @@
+"""Every workload's options, as data: one source for `locust -f` and for `kvscope run`.
+
+Locust-free on purpose: `kvscope run` must build its `--help` without importing Locust
+(which monkey-patches the process with gevent). The locustfiles register the same specs
+as Locust custom arguments (`events.init_command_line_parser`), so `locust -f
+loadtests/NAME.py --prefix-tokens 512` and `kvscope run --workload NAME --prefix-tokens 512`
+mean the same thing. A Locust master forwards custom arguments to its workers.
+
+Each spec names its locustfile, `loadtests/NAME.py`: the `loadtests` package is installed
+next to `harness` (pyproject's package list), so the path is known without importing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+from harness.workload.arrivals import ArrivalKind
+from harness.workload.record import Endpoint
+
+LOADTESTS = Path(__file__).resolve().parents[2] / "loadtests"
+REQUEST_TIMEOUT_S = 300.0  # without a byte from the server, a request has timed out
+DRAIN_TIMEOUT_S = 30.0  # at the end, how long in-flight requests may finish
+# Options `kvscope run` sets itself: its own --model and --rate, and where the master writes.
+SET_BY_RUN = frozenset({"records_out", "status_out", "model", "rate"})
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    flag: str
+    type: Callable[[str], Any] | None = str  # None: a store_true switch
+    default: Any = None
+    help: str = ""
+    choices: tuple[str, ...] | None = None
+    secret: bool = False  # masked in Locust's web UI and redacted in run.json
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    name: str
+    summary: str
+    options: tuple[Option, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)  # overrides of COMMON defaults (by dest)
+    shaped: bool = False  # drives its own user count (LoadTestShape): --users is ignored
+
+    @property
+    def locustfile(self) -> Path:
+        return LOADTESTS / f"{self.name}.py"
+
+
+def _lengths(prompt: int, output: int) -> tuple[Option, Option]:
+    return (
+        Option("--prompt-tokens", int, prompt, "prompt length in tokens, as the server counts them"),
+        Option("--output-tokens", int, output, "tokens to generate per request (max_tokens)"),
+    )
+
+
+COMMON: tuple[Option, ...] = (
+    Option(
+        "--endpoint",
+        str,
+        "chat",
+        "OpenAI endpoint: /v1/chat/completions or /v1/completions",
+        get_args(Endpoint),
+    ),
+    Option("--model", str, "", "model name to send (default: the first one /v1/models lists)"),
+    Option("--api-key", str, "", "bearer token for the server's /v1 API", secret=True),
+    Option("--temperature", float, 0.0, "sampling temperature"),
+    Option(
+        "--no-ignore-eos",
+        None,
+        False,
+        "let the model stop at EOS (default: ask for ignore_eos so output lengths are as targeted)",
+    ),
+    Option("--seed", int, 0, "seed for prompt text and lengths (same seed, same workload)"),
+    Option(
+        "--rate",
+        float,
+        0.0,
+        "open loop: requests per second in total, independent of responses "
+        "(0: closed loop, each user sends when its last answer is in)",
+    ),
+    Option("--arrival", str, "poisson", "open-loop arrival process", get_args(ArrivalKind)),
+    Option("--think-time", float, 0.0, "closed loop: seconds a user waits between requests"),
+    Option(
+        "--request-timeout",
+        float,
+        REQUEST_TIMEOUT_S,
+        "seconds without a byte from the server before a request counts as timed out",
+    ),
+    Option(
+        "--drain-timeout",
+        float,
+        DRAIN_TIMEOUT_S,
+        "at the end, seconds to let in-flight requests finish (they are recorded; new ones are not sent)",
+    ),
+    Option(
+        "--no-calibrate",
+        None,
+        False,
+        "skip the two probe requests that measure tokens per word (then 1 word = 1 token)",
+    ),
+    Option("--records-out", str, "", "master: append every request record to this JSON-lines file"),
+    Option(
+        "--status-out",
+        str,
+        "",
+        "master: keep a small JSON status file here (users, workers, records), rewritten every second",
+    ),
+)
+
+WORKLOADS: dict[str, WorkloadSpec] = {
+    spec.name: spec
+    for spec in (
+        WorkloadSpec(
+            "chat",
+            "ShareGPT-like chat: lengths from the vLLM paper's ShareGPT statistics, "
+            "or from a ShareGPT JSON file",
+            (
+                Option(
+                    "--dataset", str, "", "ShareGPT-format JSON file to take (prompt, output) lengths from"
+                ),
+                Option("--max-prompt-tokens", int, 1024, "cap on drawn prompt lengths"),
+                Option("--max-output-tokens", int, 1024, "cap on drawn output lengths"),
+            ),
+        ),
+        WorkloadSpec(
+            "shared_prefix",
+            "K system prompts of P tokens shared across users, each request with its own user turn",
+            (
+                Option("--num-prefixes", int, 4, "number of distinct shared system prompts (K)"),
+                Option("--prefix-tokens", int, 256, "tokens per shared system prompt (P)"),
+                Option("--suffix-tokens", int, 32, "tokens of the varying user turn"),
+                Option("--output-tokens", int, 64, "tokens to generate per request"),
+            ),
+        ),
+        WorkloadSpec(
+            "long_context", "long prompts, short answers: prefill- and KV-capacity-bound", _lengths(3000, 64)
+        ),
+        WorkloadSpec(
+            "parallel_sampling",
+            "n completions per prompt (n = k), which share the prompt's KV blocks",
+            (
+                Option("--n", int, 4, "completions per request (OpenAI `n`)"),
+                *_lengths(256, 128),
+            ),
+        ),
+        WorkloadSpec(
+            "bursty",
+            "step-and-spike user counts (a Locust LoadTestShape)",
+            (
+                Option("--base-users", int, 4, "users between spikes, first period"),
+                Option("--step-users", int, 2, "users added to the base every period (the step)"),
+                Option("--spike-users", int, 24, "users during a spike"),
+                Option("--period-s", float, 20.0, "seconds per period (calm phase + spike)"),
+                Option("--spike-s", float, 5.0, "seconds of spike at the end of each period"),
+                *_lengths(256, 64),
+            ),
+            shaped=True,
+        ),
+        WorkloadSpec(
+            "rate",
+            "open-loop arrivals at a target request rate (Poisson or constant)",
+            _lengths(256, 128),
+            defaults={"rate": 2.0},
+        ),
+        WorkloadSpec(
+            "replay",
+            "replay a JSON-lines trace of arrival times and prompt/output lengths",
+            (
+                Option(
+                    "--trace",
+                    str,
+                    "",
+                    "JSON-lines trace (arrival_s|timestamp ms, prompt_tokens|input_length, "
+                    "output_tokens|output_length, optional hash_ids)",
+                ),
+                Option(
+                    "--time-scale", float, 1.0, "multiply trace times by this (0.5 replays twice as fast)"
+                ),
+            ),
+        ),
+    )
+}
+
+
+def options_for(workload: str) -> tuple[Option, ...]:
+    """COMMON then the workload's own options, COMMON defaults overridden per workload."""
+    spec = WORKLOADS[workload]
+    common = tuple(
+        Option(o.flag, o.type, spec.defaults.get(o.dest, o.default), o.help, o.choices, o.secret)
+        for o in COMMON
+    )
+    return common + spec.options
+
+
+def run_options() -> tuple[Option, ...]:
+    """Every workload option `kvscope run` and `kvscope sweep` take and forward, once each
+    (COMMON first), minus those kvscope run sets itself."""
+    seen: dict[str, Option] = {}
+    for o in (*COMMON, *(o for spec in WORKLOADS.values() for o in spec.options)):
+        if o.dest not in SET_BY_RUN and o.flag not in seen:
+            seen[o.flag] = o
+    return tuple(seen.values())
+
+
+def workloads_with(flag: str) -> list[str]:
+    """The workloads that have `flag` among their own options (COMMON ones: none)."""
+    return [s.name for s in WORKLOADS.values() if any(o.flag == flag for o in s.options)]
+
+
+def add_to_parser(
+    parser: Any, options: tuple[Option, ...], defaults: bool = True, locust: bool = False
+) -> None:
+    """Add options to an argparse-compatible parser (Locust's is configargparse).
+
+    Skips flags the parser already has, so two locustfiles loaded in one process do not
+    collide. `defaults=False` gives every option default None, so a caller can tell "given"
+    from "not given" (kvscope run forwards only what the user set).
+    """
+    existing = getattr(parser, "_option_string_actions", {})
+    for o in options:
+        if o.flag in existing:
+            continue
+        extra = {"is_secret": True} if locust and o.secret else {}
+        if o.type is None:
+            parser.add_argument(
+                o.flag, action="store_true", default=o.default if defaults else None, help=o.help, **extra
+            )
+        else:
+            parser.add_argument(
+                o.flag,
+                type=o.type,
+                default=o.default if defaults else None,
+                choices=o.choices,
+                help=f"{o.help} (default: {o.default!r})" if defaults else o.help,
+                **extra,
+            )
+
+
+def to_argv(options: tuple[Option, ...], values: argparse.Namespace) -> list[str]:
+    """Command-line flags for the options in `values` that are not None (set by the user)."""
+    argv: list[str] = []
+    for o in options:
+        value = getattr(values, o.dest, None)
+        if value is None or value is False:
+            continue
+        argv += [o.flag] if o.type is None else [o.flag, str(value)]
+    return argv

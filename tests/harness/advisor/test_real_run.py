@@ -1,0 +1,71 @@
+"""The advisor on a real `kvscope run` bundle: the bundled engine (tiny-random on CPU) with
+a 40-block pool under a closed-loop load that preempts, then `kvscope advise` on the bundle.
+The replay keeps the engine's own pool and says its time axis is modelled."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from harness.run.commands import kvscope_command
+from tests.support.servers import ROOT, kvscope_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def kvscope(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(kvscope_command(*args), capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def preempting_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "b"
+    # Closed loop: 16 requests of ~160 tokens (10 blocks) always in flight against a 40-block
+    # pool preempts however fast or slow the machine is (an open-loop rate would not).
+    rc, log, _ = kvscope_run(
+        "--workload",
+        "long_context",
+        "--users",
+        "16",
+        "--duration",
+        "15s",
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "96",
+        "--num-blocks",
+        "40",
+        "--max-num-seqs",
+        "16",
+        "--model",
+        "tiny-random",
+        "--out",
+        str(out),
+    )
+    assert rc == 0, log
+    return out
+
+
+def test_a_preempting_real_run_is_told_to_quantize_or_add_memory_verified_by_replay(preempting_run):
+    out = kvscope("advise", str(preempting_run), "--json")
+    assert out.returncode == 0, out.stderr
+    advice = json.loads(out.stdout)
+    assert advice["deployment"]["bundled_engine"] and not advice["deployment"]["simulated"]
+    assert advice["deployment"]["num_blocks"] == 40
+    assert advice["diagnosis"]["kv_pressure"], advice["diagnosis"]
+    verdicts = {v["action"]: v for v in advice["verdicts"]}
+    assert {"quantize_kv_cache", "add_memory"} <= set(verdicts)
+    for v in verdicts.values():
+        r = v["replay"]
+        assert v["verified"] and r["changed"]["preemptions"] < r["baseline"]["preemptions"], v
+    # The replay of the run as it was reproduces its preemptions (same pool, same scheduler).
+    run_preemptions = advice["diagnosis"]["preemptions"]
+    assert (
+        0.5 * run_preemptions
+        <= verdicts["add_memory"]["replay"]["baseline"]["preemptions"]
+        <= 2 * run_preemptions
+    )
+    assert advice["time_axis"].startswith("modelled: the run's 40-block pool")
+    assert (preempting_run / "advice.json").exists()
