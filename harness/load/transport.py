@@ -34,6 +34,7 @@ log = logging.getLogger("kvscope.records")
 RECORDS_MSG = "kvscope_records"
 DRAIN_MSG = "kvscope_drain"
 DRAINED_MSG = "kvscope_drained"
+ABORT_MSG = "kvscope_abort"  # stop at once (a second Ctrl-C): record in-flight requests as aborted
 BATCH_SIZE = 200
 FLUSH_INTERVAL_S = 0.5
 

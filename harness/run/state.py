@@ -34,6 +34,8 @@ class Run:
     notes: list[str] = field(default_factory=list)
     models: list[dict] = field(default_factory=list)
     started_unix: float = field(default_factory=time.time)
+    target_answers: bool = True  # False: the target no longer answered after the load
+    aborted_at: float | None = None  # monotonic time of the second Ctrl-C (stop at once)
 
     @property
     def paths(self) -> dict[str, Path]:
@@ -55,5 +57,5 @@ class Run:
         self.say(
             "interrupted: stopping the load test and writing the bundle (Ctrl-C again to stop at once)"
             if self.interrupts == 1
-            else "stopping at once"
+            else "stopping at once: in-flight requests are recorded as aborted"
         )

@@ -31,7 +31,9 @@ ErrorClass = Literal[
     "connect_error", "timeout", "http_4xx", "http_5xx", "stream_error", "no_tokens", "aborted", "client_error"
 ]
 Endpoint = Literal["chat", "completions"]
-Phase = Literal["measure", "calibration"]  # calibration: the probes that measure tokens per word
+# calibration: the probes that measure tokens per word; warmup: sent during --warmup. Only
+# "measure" requests enter a statistic (`bundle.read.measured`).
+Phase = Literal["measure", "calibration", "warmup"]
 UsageSource = Literal["server", "client_count", "none"]  # "none": failed before any chunk
 
 NAN = math.nan
