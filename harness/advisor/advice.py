@@ -121,6 +121,16 @@ def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None,
     return (math.ceil(metrics.peak_kv_usage * (ample - 1)) if metrics.completed else None), note
 
 
+def _status(shown: bool, comparison: Comparison) -> tuple[bool, str, str | None]:
+    """(verified, status, reason) of a replay that showed (`shown`) what its claim expects."""
+    if not shown:
+        return False, "not confirmed", None
+    f = comparison.fidelity
+    if f is None or f.within:
+        return True, "verified", None
+    return False, "indicative", f.reason
+
+
 def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdict:
     claim = {f.name: json_safe(getattr(p, f.name)) for f in fields(Claim)}
     if p.change is None or replayer is None:
@@ -130,17 +140,18 @@ def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdic
     except ValueError as exc:  # e.g. a change the engine refuses (a pool too small for one request)
         notes.append(f"{p.action}: replay failed: {exc}")
         return Verdict(**claim, verified=False)
-    verified = comparison.verified
+    shown = comparison.verified
     replay = comparison.to_dict()
     if not p.expect_gain:  # kv_not_bottleneck: confirmed when more KV memory does not help
         gained, why = judge(comparison.baseline, comparison.changed)
-        verified = not gained
+        shown = not gained
         replay.update(
-            verified=verified,
+            verified=shown,
             why="more KV memory changes nothing measurable"
-            if verified
+            if shown
             else f"more KV memory helps after all: {why}",
         )
+    verified, status, reason = _status(shown, comparison)
     alternatives = []
     for alt in p.alternatives:
         try:
@@ -149,7 +160,17 @@ def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdic
             notes.append(f"{p.action}: replay of {alt.label} failed: {exc}")
             continue
         alternatives.append(json_safe(c.to_dict()))
-    return Verdict(**claim, verified=verified, replay=json_safe(replay), alternatives=alternatives)
+    return Verdict(
+        **claim,
+        verified=verified,
+        replay=json_safe(replay),
+        alternatives=alternatives,
+        status=status,
+        status_reason=reason,
+    )
+
+
+STATUS_ORDER = ("verified", "indicative", "not confirmed", "not replayed")
 
 
 def _rank(v: Verdict) -> tuple:
@@ -157,7 +178,25 @@ def _rank(v: Verdict) -> tuple:
     base, changed = r.get("baseline") or {}, r.get("changed") or {}
     fewer = (base.get("preemptions") or 0) - (changed.get("preemptions") or 0)
     ttft = (base.get("ttft_p99_s") or 0) - (changed.get("ttft_p99_s") or 0)
-    return (not v.verified, -fewer, -ttft)
+    rank = STATUS_ORDER.index(v.status) if v.status in STATUS_ORDER else len(STATUS_ORDER)
+    return (rank, -fewer, -ttft)
+
+
+def worth_replaying(diag: WindowDiagnosis) -> bool:
+    """Replays cost CPU on the load generator (seconds for a long run): the demand replay and
+    the baseline only for a run with pressure to explain (KV pressure, or requests waiting
+    while KV is free); otherwise a replay only for a proposal that needs one verified."""
+    return bool(diag.kv_pressure or diag.kv_not_bottleneck)
+
+
+def _replayer(inputs: RunInputs, work: WorkloadEvidence, diag: WindowDiagnosis, notes: list[str]):
+    if completed(inputs.requests).empty:
+        return None
+    try:
+        return make_replayer(inputs, work, diag.mean_running, diag.preemptions)
+    except ValueError as exc:
+        notes.append(f"no replay: {exc}")
+        return None
 
 
 def advise(inputs: RunInputs, replay: bool = True) -> Advice:
@@ -184,23 +223,24 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     if diag is None:
         notes.append("server.parquet has no samples from the engine: no diagnosis")
         return Advice(str(inputs.path or ""), deployment_view(dep), {}, json_safe(workload), [], notes)
-    replayer = None
     demand, upper = None, _upper_bound_demand(inputs, work)
-    if replay and not completed(inputs.requests).empty:
+    replayer = _replayer(inputs, work, diag, notes) if replay and worth_replaying(diag) else None
+    if replayer is not None and diag.kv_pressure:
         try:
-            replayer = make_replayer(inputs, work, diag.mean_running)
-            if diag.kv_pressure:
-                demand, note = _replayed_demand(replayer, inputs)
-                notes += [note] if note else []
+            demand, note = _replayed_demand(replayer, inputs)
+            notes += [note] if note else []
         except ValueError as exc:
             notes.append(f"no replay: {exc}")
-            replayer = None
     if demand is None and upper is not None and diag.kv_pressure:
         notes.append(
             "KV demand from arithmetic (peak requests x p99 length), not measured by replay: an upper bound"
         )
     outcome = decide(dep, diag, work, demand, upper)
     notes += outcome.notes
+    if replay and replayer is None and any(p.change for p in outcome.proposals):
+        replayer = _replayer(inputs, work, diag, notes)
+    elif replay and replayer is None:
+        notes.append("no replays: the run shows no KV pressure or queueing, and no proposal to verify")
     verdicts = sorted((_verdict(p, replayer, notes) for p in outcome.proposals), key=_rank)
     diagnosis = {
         **diag.numbers(),
@@ -228,6 +268,7 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
             "the replays "
             "carry less load than the run did"
         )
+    fidelity = replayer.fidelity() if replayer is not None and any(v.replay for v in verdicts) else None
     return Advice(
         str(inputs.path or ""),
         json_safe(deployment_view(dep)),
@@ -236,6 +277,7 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         verdicts,
         notes,
         replayer.time_axis if replayer else None,
+        json_safe(fidelity.to_dict()) if fidelity else None,
     )
 
 

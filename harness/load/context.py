@@ -122,8 +122,9 @@ class RunContext:
 
     @property
     def warmup_end_unix(self) -> float:
-        """Requests sent before this are warm-up (phase "warmup"), kept out of every statistic."""
-        return self.t0_unix + self.opts.warmup_s
+        """Requests sent before this are warm-up (phase "warmup"), kept out of every statistic;
+        0 without --warmup-s (nothing is warm-up)."""
+        return self.t0_unix + self.opts.warmup_s if self.opts.warmup_s > 0 else 0.0
 
     def next_request_id(self) -> str:
         self.seq += 1

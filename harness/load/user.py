@@ -33,7 +33,7 @@ from locust import FastHttpUser, events, task
 
 from harness.load.context import RunContext, ServerInfo, context, install
 from harness.workload.arrivals import ArrivalSchedule, Slot, make_offsets
-from harness.workload.calibration import PROBE_SEEDS, PROBE_WORDS, Calibration, fit, probe_seed
+from harness.workload.calibration import PROBE_SEEDS, PROBE_WORDS, Calibration, fit
 from harness.workload.fingerprint import record_columns
 from harness.workload.options import add_to_parser, options_for
 from harness.workload.prompts import seeded_text
@@ -186,7 +186,7 @@ class LLMUser(FastHttpUser):
     def _calibrate(self) -> Calibration:
         points = []
         for words, seed in zip(PROBE_WORDS, PROBE_SEEDS):
-            text = seeded_text(probe_seed(seed, self.ctx.opts.seed), words)
+            text = seeded_text(seed, words)
             spec = (
                 RequestSpec(prompt="Hi", system=text, max_tokens=1, phase="calibration")
                 if self.probe_in_system

@@ -9,8 +9,11 @@ prompt); `per_word` is ~1 for real tokenizers and ~5.5 for a byte tokenizer.
 
 The probes are ordinary recorded requests (phase "calibration"), so Locust's count, the
 record count and the server's request counter still agree. The fit is exact arithmetic on
-integers the server returns for texts fixed by the run's seed, so every worker derives the
-same calibration and therefore builds byte-identical shared prefixes.
+integers the server returns for fixed texts, so every worker derives the same calibration
+and therefore builds byte-identical shared prefixes. The probe texts are the same in every
+run, unlike the workload's (drawn from the run's seed): a rerun may find them cached, which
+changes nothing they measure (`usage.prompt_tokens` counts cached tokens too), and their
+length stays known, so a small KV pool that admits them once always does.
 """
 
 from __future__ import annotations
@@ -22,12 +25,6 @@ PROBE_SEEDS: tuple[int, int] = (
     7_000_001,
     7_000_002,
 )  # unrelated to workload seeds: no accidental prefix hits
-
-
-def probe_seed(probe: int, run_seed: int) -> int:
-    """The probe text's seed in a run: the same on every worker of the run (the calibration
-    must agree), new with every run seed (a rerun must not find its probes cached)."""
-    return probe + 1_000_000_007 * run_seed
 
 
 @dataclass(frozen=True, slots=True)

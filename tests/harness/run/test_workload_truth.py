@@ -35,7 +35,8 @@ def _run(url, out, *args) -> None:
 
 
 def _prompts(bundle) -> set[tuple]:
-    r = load(bundle).requests
+    """The workload's prompts (the calibration probes are fixed texts, the same every run)."""
+    r = load(bundle).measured
     return {(tuple(h), n) for h, n in zip(r["prompt_chunk_hashes"], r["prompt_chars"])}
 
 
@@ -51,7 +52,7 @@ def test_runs_draw_their_own_seeds_and_a_repeated_seed_is_caught(engine_url, war
     _run(engine_url, a, *LOAD, "--duration", "3s")
     seeds = [json.loads((d / "run.json").read_text())["seed"] for d in (a, b)]
     assert seeds[0] != seeds[1]
-    assert _prompts(a).isdisjoint(_prompts(b))  # calibration probes included
+    assert _prompts(a).isdisjoint(_prompts(b))
     for d in (a, b):
         assert not any("prefix cache" in n for n in load(d).summary["selfcheck"]["notes"])
     # The same seed again: the same prompts, which the server's cache still holds.
