@@ -49,5 +49,6 @@ def print_summary(summary: dict, out: Path) -> None:
         f"server: peak KV usage {'-' if kv is None else f'{kv:.1%}'}, "
         f"preemptions {s.get('preemptions', '-')}, "
         f"prefix hit ratio {'-' if hit is None else f'{hit:.1%}'}\n"
-        f"bundle: {out}"
+        f"bundle: {out}",
+        flush=True,  # before the stderr lines that follow, when both go to one pipe
     )
