@@ -2,10 +2,16 @@
 # (under 15 minutes on 2 cores) and rewrites benchmarks/RESULTS.md.
 PYTHON ?= .venv/bin/python
 
-.PHONY: bench test
+.PHONY: bench bench-peers test
 
 bench:
 	$(PYTHON) -m benchmarks.run_all
+
+# Not in `bench`: installs AIPerf and GuideLLM in venvs of their own (.venv-peers/, a few GB)
+# and runs every client at 64 and 256 streams; its table joins benchmarks/RESULTS.md.
+bench-peers:
+	bash scripts/install_peers.sh
+	$(PYTHON) -m benchmarks.peer_clients --out benchmarks/peer_clients.md
 
 test:
 	./scripts/test.sh

@@ -215,7 +215,8 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
             "near_hit_ratio": work.prefixes.near_hit_ratio,
         },
     }
-    if inputs.run.get("status") not in (None, "completed"):
+    # A run with errors above the limit, or an unreliable client, still ran to its end.
+    if inputs.run.get("status") not in (None, "completed", "errors", "unreliable"):
         notes.append(
             f"the run did not complete (status {inputs.run.get('status')!r}): "
             f"{' '.join(str(inputs.run.get('failure') or 'see run.json').split())[:300]}"
