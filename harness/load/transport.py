@@ -91,9 +91,7 @@ class RecordCollector:
         worker = str(data.get("worker_id", msg.node_id))
         if self._file is not None and records:
             # NaN ("not measured") becomes null: standard JSON that any JSON-lines reader takes.
-            self._file.write(
-                "".join(json.dumps({k: None if v != v else v for k, v in r.items()}) + "\n" for r in records)
-            )
+            self._file.write("".join(json.dumps(_nan_to_null(r)) + "\n" for r in records))
             self._file.flush()
         self.per_worker[worker] = self.per_worker.get(worker, 0) + len(records)
         self.total += len(records)
@@ -105,6 +103,11 @@ class RecordCollector:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _nan_to_null(record: dict) -> dict:
+    """NaN floats become None; only scalar floats can be NaN in a record (lists hold gaps)."""
+    return {k: None if isinstance(v, float) and v != v else v for k, v in record.items()}
 
 
 def wait_until(predicate, timeout_s: float, step_s: float = 0.05) -> bool:

@@ -241,7 +241,7 @@ def watch(run: Run) -> None:
             print(
                 ("\r" if tty else "") + progress.line(), end="" if tty else "\n", file=sys.stderr, flush=True
             )
-        time.sleep(0.05)
+        time.sleep(0.1)
     if cfg.progress:
         final = progress.final_line()  # None: nothing new since the line last printed
         if tty or final is not None:

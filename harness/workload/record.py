@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import socket
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 # Error classes, most specific first. A request that never got an HTTP response is
@@ -82,7 +82,10 @@ class RequestRecord:
     prompt_chars: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Field -> value, shallow (the lists are the record's own): a record is not changed
+        once it is reported, and a deep copy of its gaps cost the load generator ~0.3 ms
+        per request."""
+        return {name: getattr(self, name) for name in COLUMNS}
 
     def set_error(self, error_class: ErrorClass, message: str | None = None) -> None:
         """Record the first error only: a stream error after an HTTP error adds nothing."""
