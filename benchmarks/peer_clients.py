@@ -21,7 +21,8 @@ client:
 - client CPU us / chunk: CPU time (user + system) of the client's processes over the
   steady window, divided by the chunks the server streamed in that window.
 Client and server share this machine's cores, so the figures include the contention a real
-single-machine test has; the machine and its load are stated with the table.
+single-machine test has; the machine and its load are stated with the table. The clients run
+one after another at each load, in the order of --clients.
 """
 
 from __future__ import annotations
@@ -181,6 +182,13 @@ def verdict(rows: list[tuple[str, int, dict]]) -> list[str]:
     return out
 
 
+def _skipped(name: str, skipped: list[str]) -> bool:
+    missing = CLIENTS[name].missing()
+    if missing:
+        skipped.append(f"{name}: {missing}")
+    return bool(missing)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", default="64,256")
@@ -201,17 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         ok, reason = wait_http(url + "/health", 180.0)
         if not ok:
             raise SystemExit(f"the simulated server did not start: {reason}")
-        for name in args.clients.split(","):
-            client = CLIENTS[name]
-            missing = client.missing()
-            if missing:
-                skipped.append(f"{name}: {missing}")
-                continue
-            for streams in (int(s) for s in args.streams.split(",")):
+        names = [n for n in args.clients.split(",") if not _skipped(n, skipped)]
+        for streams in (int(s) for s in args.streams.split(",")):  # every client at one load, in turn
+            for name in names:
                 print(f"[peers] {name} at {streams} streams", file=sys.stderr, flush=True)
-                rows.append(
-                    (name, streams, measure(client, url, streams, args.seconds, work / f"{name}-{streams}"))
-                )
+                work_dir = work / f"{name}-{streams}"
+                rows.append((name, streams, measure(CLIENTS[name], url, streams, args.seconds, work_dir)))
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(30)

@@ -283,6 +283,23 @@ def _observed_step_s(requests: pd.DataFrame) -> float | None:
     return float(np.median(gaps)) if gaps else None
 
 
+def _scaled_twin(
+    done: pd.DataFrame, twin, limit: int, blocks: int, mean_running: float | None
+) -> tuple[float, str]:
+    """Without a step-time fit: the twin's cost model, arrivals stretched by its modelled
+    decode step over the run's median inter-token gap; (scale, time axis)."""
+    observed = _observed_step_s(done)
+    batch = max(1, round(mean_running or 1))
+    context = int((done["prompt_tokens"] + done["output_tokens"] / 2).median()) if len(done) else 256
+    modelled = CostModel(twin, get_gpu(REAL_ENGINE_GPU)).step_time([(1, max(1, min(context, limit)))] * batch)
+    scale = modelled / observed if observed else 1.0
+    return scale, (
+        f"modelled: the run's {blocks:,}-block pool with a {twin.name} on {REAL_ENGINE_GPU} cost model, "
+        f"arrivals scaled x{scale:.3g} to the run's observed step time"
+        + ("" if observed else " (no inter-token gaps recorded: unscaled)")
+    )
+
+
 def make_replayer(
     inputs: RunInputs,
     evidence: WorkloadEvidence,
@@ -305,29 +322,12 @@ def make_replayer(
         )
         config = replace(config, max_model_len=dep.max_model_len)
         scale, axis = 1.0, f"modelled: {dep.model} on {dep.tp} x {dep.gpu} (the simulator's cost model)"
-    elif fit is not None:
+    else:  # the real bundled engine: a catalogue twin sizes nothing (the pool is the run's)
         twin = get_model(dep.model or REAL_ENGINE_TWIN)
         spec = SimSpec(twin.name, REAL_ENGINE_GPU, 1, 0.9, "auto")
         limit = min(dep.max_model_len or twin.max_context, twin.max_context)
         config = replace(config, max_model_len=limit, kv_cache_dtype="auto")
-        scale, axis = 1.0, ""
-    else:
-        twin = get_model(dep.model or REAL_ENGINE_TWIN)
-        spec = SimSpec(twin.name, REAL_ENGINE_GPU, 1, 0.9, "auto")
-        limit = min(dep.max_model_len or twin.max_context, twin.max_context)
-        config = replace(config, max_model_len=limit, kv_cache_dtype="auto")
-        observed = _observed_step_s(done)
-        batch = max(1, round(mean_running or 1))
-        context = int((done["prompt_tokens"] + done["output_tokens"] / 2).median()) if len(done) else 256
-        modelled = CostModel(twin, get_gpu(REAL_ENGINE_GPU)).step_time(
-            [(1, max(1, min(context, limit)))] * batch
-        )
-        scale = modelled / observed if observed else 1.0
-        axis = (
-            f"modelled: the run's {blocks:,}-block pool with a {twin.name} on {REAL_ENGINE_GPU} cost model, "
-            f"arrivals scaled x{scale:.3g} to the run's observed step time"
-            + ("" if observed else " (no inter-token gaps recorded: unscaled)")
-        )
+        scale, axis = (1.0, "") if fit is not None else _scaled_twin(done, twin, limit, blocks, mean_running)
     if fit is not None:
         axis = (
             f"the run's own seconds: {blocks:,}-block pool, step times fitted to the server's per-request "
