@@ -7,7 +7,8 @@ Locust FastHttpUser reading with readline(b"\\n"), an asyncio + aiohttp client (
 One server for every client: the bundled engine in simulation mode (a GPU cost model, no
 compute: Llama 3.1 70B on 8 x H100, a pool so large that KV never limits), so the client is
 what saturates. Every client runs a closed loop of N concurrent streams for --seconds with
-the same requests: completions of 128 words (one token each for the server's tokenizer),
+the same requests (each client --repeats times per load, interleaved, medians shown):
+completions of 128 words (one token each for the server's tokenizer),
 128 tokens out (ignore_eos), one token per chunk. Columns, measured the same way for every
 client:
 - requests: the server's finished-request counter over the client's run;
@@ -39,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,6 +147,14 @@ def measure(client: Client, url: str, streams: int, seconds: float, work: Path) 
     }
 
 
+def median_run(runs: list[dict]) -> dict:
+    """Each figure's median over the repeats that worked (the error when none did)."""
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[0]
+    return {k: float(np.median([r[k] for r in good])) for k in good[0]} | {"repeats": len(good)}
+
+
 def table(rows: list[tuple[str, int, dict]]) -> str:
     head = (
         "| client | streams | requests | output tok/s | TTFT p50 ms | TTFT p99 ms "
@@ -194,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", default="64,256")
     ap.add_argument("--seconds", type=float, default=WARM_S + WINDOW_S + 5.0)
     ap.add_argument("--clients", default=",".join(CLIENTS), help="which clients (default: all available)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each client per load; medians shown")
     ap.add_argument("--out", help="also write the markdown here")
     args = ap.parse_args(argv)
     started, t0 = machine().line(), time.monotonic()
@@ -210,11 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             raise SystemExit(f"the simulated server did not start: {reason}")
         names = [n for n in args.clients.split(",") if not _skipped(n, skipped)]
-        for streams in (int(s) for s in args.streams.split(",")):  # every client at one load, in turn
-            for name in names:
-                print(f"[peers] {name} at {streams} streams", file=sys.stderr, flush=True)
-                work_dir = work / f"{name}-{streams}"
-                rows.append((name, streams, measure(CLIENTS[name], url, streams, args.seconds, work_dir)))
+        for streams in (int(s) for s in args.streams.split(",")):
+            runs: dict[str, list[dict]] = {n: [] for n in names}
+            for rep in range(args.repeats):  # every client at one load in turn, then again
+                for name in names:
+                    print(f"[peers] {name} at {streams} streams ({rep + 1}/{args.repeats})", file=sys.stderr)
+                    work_dir = work / f"{name}-{streams}-{rep}"
+                    runs[name].append(measure(CLIENTS[name], url, streams, args.seconds, work_dir))
+            rows += [(name, streams, median_run(runs[name])) for name in names]
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(30)
@@ -222,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     md = "\n".join(
         [
             "Command: `python -m benchmarks.peer_clients "
-            f"--streams {args.streams} --seconds {args.seconds:g}` "
+            f"--streams {args.streams} --seconds {args.seconds:g} --repeats {args.repeats}` "
             f"({time.monotonic() - t0:.0f} s). Machine: {started}.",
             "",
             table(rows),
