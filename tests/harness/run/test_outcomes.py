@@ -92,6 +92,9 @@ def test_a_target_failing_half_the_requests_exits_3(tmp_path):
         )  # fmt: skip
     assert rc == 0 and _last_line(log).startswith("kvscope run: exit 0 (completed)"), log
     assert json.loads((tmp_path / "c" / "run.json").read_text())["exit"]["status"] == "completed"
+    # --no-advise: the report, without the advisor and its replays.
+    assert (tmp_path / "c" / "report.html").exists() and not (tmp_path / "c" / "advice.json").exists()
+    assert "no advice: --no-advise" in log
 
 
 def test_a_second_ctrl_c_stops_at_once_and_keeps_every_record(tmp_path):
