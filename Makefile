@@ -3,13 +3,19 @@
 # llama.cpp's server into ~/.cache/kvscope (or reuses the build there); setup.sh does it too.
 PYTHON ?= .venv/bin/python
 
-.PHONY: bench llama-server test
+.PHONY: bench bench-peers llama-server test
 
 bench:
 	$(PYTHON) -m benchmarks.run_all
 
 llama-server:
 	PIP=.venv/bin/pip ./scripts/build_llama_server.sh
+
+# Not in `bench`: installs AIPerf and GuideLLM in venvs of their own (.venv-peers/, a few GB)
+# and runs every client at 64 and 256 streams; its table joins benchmarks/RESULTS.md.
+bench-peers:
+	bash scripts/install_peers.sh
+	$(PYTHON) -m benchmarks.peer_clients --out benchmarks/peer_clients.md
 
 test:
 	./scripts/test.sh

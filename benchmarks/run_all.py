@@ -166,15 +166,30 @@ def nest_headings(markdown: str, top: int = 3) -> str:
     return "\n".join("#" * shift + line if line.startswith("#") and shift > 0 else line for line in lines)
 
 
+def kept_section(name: str, absent: str) -> str:
+    """A benchmark's own last table, kept in benchmarks/NAME (not run by `make bench`)."""
+    md = ROOT / "benchmarks" / name
+    return md.read_text(encoding="utf-8").strip() if md.exists() else absent
+
+
 def kernels_section() -> str:
-    md = ROOT / "benchmarks" / "kernels_gpu.md"
-    if md.exists():
-        return md.read_text(encoding="utf-8").strip()
-    return (
+    return kept_section(
+        "kernels_gpu.md",
         "`benchmarks/kernels_gpu.py` (Triton decode bandwidth, paging overhead, fp8 and prefill kernels) "
         "needs CUDA. No GPU was available in this session, so it was not run; on a CUDA machine run `python "
         "benchmarks/kernels_gpu.py --out benchmarks/kernels_gpu.md` and `make bench` includes the result "
-        "here. Its CPU smoke mode (`--smoke`, TRITON_INTERPRET=1) only checks that the script runs."
+        "here. Its CPU smoke mode (`--smoke`, TRITON_INTERPRET=1) only checks that the script runs.",
+    )
+
+
+def peers_section() -> str:
+    """`make bench-peers`'s table (kvscope against AIPerf, GuideLLM, Locust and an asyncio
+    client): not in this run's set (it installs two tools and takes minutes), kept from its
+    own last run."""
+    return kept_section(
+        "peer_clients.md",
+        "`make bench-peers` (`benchmarks/peer_clients.py`) has not been run in this tree: it installs AIPerf "
+        "and GuideLLM in venvs of their own and compares them with kvscope against one simulated server.",
     )
 
 
@@ -204,6 +219,8 @@ def render(outcomes: list[Outcome], machine_line: str, total_s: float) -> str:
             lines += [o.detail, ""]
         if o.stdout.strip():
             lines.append(nest_headings(o.stdout.strip()))
+    lines += ["", "## Peer load generators against one simulated server (`make bench-peers`)", ""]
+    lines += [peers_section(), ""]
     lines += ["", "## GPU kernels", "", kernels_section(), ""]
     return "\n".join(lines)
 

@@ -1,7 +1,10 @@
-"""Replay a JSON-lines trace of arrival times and prompt/output lengths (see harness/workload/traces.py).
+"""Replay a request trace: JSON lines (kvscope's or Mooncake's) or the Azure LLM inference
+trace CSV (see harness/workload/traces.py).
 
 Requests leave at the trace's times (scaled by --time-scale), open loop. Mooncake-style
-`hash_ids` become shared blocks of prompt text, so the trace's prefix reuse is reproduced.
+`hash_ids` become blocks of prompt text, the same in every request that names the id, so the
+trace's prefix reuse is reproduced; the text depends on the run's --seed too, so a rerun
+with another seed does not find the last run's blocks in the server's cache.
 
     locust -f loadtests/replay.py --host URL -u 64 -r 64 --trace trace.jsonl --time-scale 0.5
 """
@@ -23,7 +26,6 @@ from harness.load import (
 )
 
 register_workload("replay")
-BLOCK_SEED_BASE = 2_000_003
 
 
 class ReplayUser(LLMUser):
@@ -41,10 +43,11 @@ class ReplayUser(LLMUser):
         total = self.calibration.words_for(prompt)
         per_block = self.calibration.words_for(MOONCAKE_BLOCK_TOKENS, include_overhead=False)
         parts: list[str] = []
+        seed = self.ctx.opts.seed
         for h in entry.hash_ids:  # shared blocks first, as a prefix
             if len(parts) >= total:
                 break
-            parts += words(random.Random(BLOCK_SEED_BASE + h), per_block)
+            parts += words(random.Random(f"block:{seed}:{h}"), per_block)
         parts = parts[:total] + words(self.rng, total - len(parts))
         return RequestSpec(
             prompt=" ".join(parts),

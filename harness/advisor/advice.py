@@ -128,11 +128,22 @@ def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None,
     return (math.ceil(metrics.peak_kv_usage * (ample - 1)) if metrics.completed else None), note
 
 
+def _status(shown: bool, comparison: Comparison, distrust: str | None) -> tuple[bool, str, str | None]:
+    """(verified, status, reason) of a replay that showed (`shown`) what its claim expects;
+    never verified when `distrust` says the baseline does not model the run."""
+    if not shown:
+        return False, "not confirmed", None
+    if distrust:
+        return False, "indicative", distrust
+    f = comparison.fidelity
+    if f is None or f.within:
+        return True, "verified", None
+    return False, "indicative", f.reason
+
+
 def _verdict(
     p: Proposal, replayer: Replayer | None, notes: list[str], distrust: str | None = None
 ) -> Verdict:
-    """The proposal with its replay; never verified when `distrust` says the baseline does not
-    model the run."""
     claim = {f.name: json_safe(getattr(p, f.name)) for f in fields(Claim)}
     if p.change is None or replayer is None:
         return Verdict(**claim, verified=False)
@@ -141,20 +152,20 @@ def _verdict(
     except ValueError as exc:  # e.g. a change the engine refuses (a pool too small for one request)
         notes.append(f"{p.action}: replay failed: {exc}")
         return Verdict(**claim, verified=False)
-    verified = comparison.verified
+    shown = comparison.verified
     replay = comparison.to_dict()
     if not p.expect_gain:  # kv_not_bottleneck: confirmed when more KV memory does not help
         gained, why = judge(comparison.baseline, comparison.changed)
-        verified = not gained
+        shown = not gained
         replay.update(
-            verified=verified,
+            verified=shown,
             why="more KV memory changes nothing measurable"
-            if verified
+            if shown
             else f"more KV memory helps after all: {why}",
         )
     if distrust:
-        verified = False
         replay.update(verified=False, implausible=distrust)
+    verified, status, reason = _status(shown, comparison, distrust)
     alternatives = []
     for alt in p.alternatives:
         try:
@@ -163,7 +174,17 @@ def _verdict(
             notes.append(f"{p.action}: replay of {alt.label} failed: {exc}")
             continue
         alternatives.append(json_safe(c.to_dict()))
-    return Verdict(**claim, verified=verified, replay=json_safe(replay), alternatives=alternatives)
+    return Verdict(
+        **claim,
+        verified=verified,
+        replay=json_safe(replay),
+        alternatives=alternatives,
+        status=status,
+        status_reason=reason,
+    )
+
+
+STATUS_ORDER = ("verified", "indicative", "not confirmed", "not replayed")
 
 
 def _trusted_baseline(replayer: Replayer, inputs: RunInputs, notes: list[str]) -> str | None:
@@ -179,7 +200,30 @@ def _rank(v: Verdict) -> tuple:
     base, changed = r.get("baseline") or {}, r.get("changed") or {}
     fewer = (base.get("preemptions") or 0) - (changed.get("preemptions") or 0)
     ttft = (base.get("ttft_p99_s") or 0) - (changed.get("ttft_p99_s") or 0)
-    return (not v.verified, -fewer, -ttft)
+    rank = STATUS_ORDER.index(v.status) if v.status in STATUS_ORDER else len(STATUS_ORDER)
+    return (rank, -fewer, -ttft)
+
+
+def worth_replaying(diag: WindowDiagnosis) -> bool:
+    """Replays cost CPU on the load generator (seconds for a long run): the demand replay and
+    the baseline only for a run with pressure to explain (KV pressure, or requests waiting
+    while KV is free); otherwise a replay only for a proposal that needs one verified."""
+    return bool(diag.kv_pressure or diag.kv_not_bottleneck)
+
+
+def _replayer(
+    inputs: RunInputs, work: WorkloadEvidence, diag: WindowDiagnosis, notes: list[str]
+) -> tuple[Replayer | None, str | None]:
+    """(the run's replayer, why its baseline cannot be trusted or None); (None, None) when
+    there is nothing to replay."""
+    if completed(inputs.requests).empty:
+        return None, None
+    try:
+        replayer = make_replayer(inputs, work, diag.mean_running, diag.preemptions)
+    except ValueError as exc:
+        notes.append(f"no replay: {exc}")
+        return None, None
+    return replayer, _trusted_baseline(replayer, inputs, notes)
 
 
 def advise(inputs: RunInputs, replay: bool = True) -> Advice:
@@ -199,7 +243,8 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
             "near_hit_ratio": work.prefixes.near_hit_ratio,
         },
     }
-    if inputs.run.get("status") not in (None, "completed"):
+    # A run with errors above the limit, or an unreliable client, still ran to its end.
+    if inputs.run.get("status") not in (None, "completed", "errors", "unreliable"):
         notes.append(
             f"the run did not complete (status {inputs.run.get('status')!r}): "
             f"{' '.join(str(inputs.run.get('failure') or 'see run.json').split())[:300]}"
@@ -207,24 +252,23 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     if diag is None:
         notes.append("server.parquet has no samples from the engine: no diagnosis")
         return Advice(str(inputs.path or ""), deployment_view(dep), {}, json_safe(workload), [], notes)
-    replayer, distrust = None, None
     demand, upper = None, _upper_bound_demand(inputs, work)
+    replayer, distrust = None, None
     if replay and (lacking := replay_missing(dep)):
         needed[REPLAYS] = lacking
         notes.append(
             f"no replay: the simulator would have to guess {', '.join(lacking)} (see missing_facts); "
             "verdicts stay unverified"
         )
-    elif replay and not completed(inputs.requests).empty:
+        replay = False
+    if replay and worth_replaying(diag):
+        replayer, distrust = _replayer(inputs, work, diag, notes)
+    if replayer is not None and diag.kv_pressure:
         try:
-            replayer = make_replayer(inputs, work, diag.mean_running)
-            distrust = _trusted_baseline(replayer, inputs, notes)
-            if diag.kv_pressure:
-                demand, note = _replayed_demand(replayer, inputs)
-                notes += [note] if note else []
+            demand, note = _replayed_demand(replayer, inputs)
+            notes += [note] if note else []
         except ValueError as exc:
             notes.append(f"no replay: {exc}")
-            replayer = None
     if demand is None and upper is not None and diag.kv_pressure:
         notes.append(
             "KV demand from arithmetic (peak requests x p99 length), not measured by replay: an upper bound"
@@ -232,6 +276,10 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     outcome = decide(dep, diag, work, demand, upper)
     notes += outcome.notes
     needed = {**outcome.missing, **needed}
+    if replay and replayer is None and any(p.change for p in outcome.proposals):
+        replayer, distrust = _replayer(inputs, work, diag, notes)
+    elif replay and replayer is None:
+        notes.append("no replays: the run shows no KV pressure or queueing, and no proposal to verify")
     verdicts = sorted((_verdict(p, replayer, notes, distrust) for p in outcome.proposals), key=_rank)
     diagnosis = {
         **diag.numbers(),
@@ -254,6 +302,7 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
             "the replays "
             "carry less load than the run did"
         )
+    fidelity = replayer.fidelity() if replayer is not None and any(v.replay for v in verdicts) else None
     return Advice(
         str(inputs.path or ""),
         json_safe(deployment_view(dep)),
@@ -263,6 +312,7 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         notes,
         replayer.time_axis if replayer else None,
         [m.to_json() for m in collect(needed)],
+        json_safe(fidelity.to_dict()) if fidelity else None,
     )
 
 

@@ -1,15 +1,18 @@
 """The Advice section of a report, in Markdown, from an `Advice` (what advice.json holds).
 
 One numbered item per verdict, verified ones first (the order advice.json already has):
-title, what the replay measured (or that it did not confirm the verdict), the projected
-effect, and the evidence numbers it rests on. Rules that were considered and did not fire
-are listed under "Also checked" so an empty advice is still an explanation.
+title and status (verified, indicative and why, not confirmed, not replayed), what the
+replay measured, the projected effect, and the evidence it rests on as a table of named
+quantities with units. Before the verdicts, how well the replay of the unchanged
+configuration reproduced the run. Rules that were considered and did not fire are listed
+under "Also checked" so an empty advice is still an explanation.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from harness.advisor.evidence_table import evidence_rows, markdown_table
 from harness.advisor.record import Advice
 
 _METRICS = (
@@ -36,19 +39,23 @@ def replay_line(replay: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _evidence(ev: dict[str, Any]) -> str:
-    items = []
-    for k, v in ev.items():
-        if v is None or isinstance(v, (list, dict)):
-            continue
-        items.append(
-            f"{k}={v:,.4g}"
-            if isinstance(v, float)
-            else f"{k}={v:,}"
-            if isinstance(v, int) and not isinstance(v, bool)
-            else f"{k}={v}"
-        )
-    return ", ".join(items)
+def _error(e: float | None) -> str:
+    return "" if e is None else f", {e:+.0%}"
+
+
+def fidelity_line(f: dict[str, Any]) -> str:
+    """How the unchanged configuration's replay compares with the run."""
+    m = f.get("measured") or {}
+    verdict = "replays can verify" if f.get("within") else "what-ifs are indicative only"
+    return (
+        f"Replay fidelity: the unchanged configuration replayed gives "
+        f"{_fmt(f.get('replayed_preemptions'), '{:,.0f}')} preemptions (measured "
+        f"{_fmt(m.get('preemptions'), '{:,.0f}')}{_error(f.get('preemption_error'))}) and TTFT p99 "
+        f"{_fmt(f.get('replayed_ttft_p99_s'), '{:.3g}')} s "
+        f"(measured {_fmt(m.get('ttft_p99_s'), '{:.3g}')} s, "
+        f"{m.get('ttft_source')}{_error(f.get('ttft_error'))}): "
+        f"{'within' if f.get('within') else 'not within'} {f.get('tolerance', 0.25):.0%}, so {verdict}."
+    )
 
 
 def render(advice: Advice, heading: str = "## Advice") -> str:
@@ -65,12 +72,16 @@ def render(advice: Advice, heading: str = "## Advice") -> str:
             f"{_fmt(diag.get('waiting_kv_blocked_share'), '{:.0%}')} for want of free KV blocks)."
         )
         lines.append("")
+    if advice.fidelity:
+        lines += [fidelity_line(advice.fidelity), ""]
     if not verdicts:
         lines += ["No change advised: the KV cache is not under pressure in this run.", ""]
     for i, v in enumerate(verdicts, 1):
-        status = "verified by replay" if v.verified else "not confirmed by replay"
-        if v.replay is None:
-            status = "not replayed"
+        status = {
+            "verified": "verified by replay",
+            "indicative": "indicative: the replay shows the gain, but its baseline misses the run",
+            "not confirmed": "not confirmed by replay",
+        }.get(v.status, "not replayed")
         lines.append(f"{i}. **{v.title}** (`{v.action}`, {status})")
         lines.append(f"   - Effect: {v.effect}")
         replay = v.replay
@@ -83,7 +94,12 @@ def render(advice: Advice, heading: str = "## Advice") -> str:
             lines.append(
                 f"   - Also replayed `{alt['change'].get('label')}`, {alt.get('why')}: {replay_line(alt)}"
             )
-        lines.append(f"   - Evidence: {_evidence(v.evidence)}")
+        if v.status == "indicative" and v.status_reason:
+            lines.append(f"   - Why indicative: {v.status_reason}")
+        rows = evidence_rows(v.evidence)
+        if rows:
+            # Blank lines that keep the item's indent: the table stays inside the list item.
+            lines += ["   - Evidence:", "     ", *markdown_table(rows, "     "), "     "]
         options = v.evidence.get("options")
         if options:
             lines.append(

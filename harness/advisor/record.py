@@ -27,13 +27,20 @@ class Claim:
     effect: str  # the projected effect in one sentence
 
 
+VerdictStatus = str  # "verified" | "indicative" | "not confirmed" | "not replayed"
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict(Claim):
-    """A claim and its test: `verified` only when a replay confirmed it."""
+    """A claim and its test: `verified` only when a replay confirmed it over a baseline that
+    reproduces the run; "indicative" when the replay shows the gain but its baseline misses
+    the run (`status_reason` says by how much)."""
 
     verified: bool
     replay: dict[str, Any] | None = None
     alternatives: list[dict[str, Any]] = field(default_factory=list)  # other changes replayed
+    status: VerdictStatus = "not replayed"
+    status_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,7 @@ class Advice:
     notes: list[str]
     time_axis: str | None = None
     missing_facts: list[dict[str, Any]] = field(default_factory=list)  # facts.MissingFact.to_json()
+    fidelity: dict[str, Any] | None = None  # the unchanged configuration's replay against the run
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "verdicts": [asdict(v) for v in self.verdicts]}

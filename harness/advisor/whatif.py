@@ -8,19 +8,24 @@ as it did in the run. Closed-loop runs are replayed open-loop at their recorded 
 times (a faster server would have received requests sooner; the comparison between two
 replays stays fair because both see the same arrivals).
 
-Time axis. For a --simulate run (or a --target run described with a catalogue GPU) the
-replay uses the same cost model, so its times are that deployment's modelled times. A
-run on the real bundled engine (CPU) is replayed with the run's own block count and the
-cost model of SmolLM2-135M on an L4; arrivals are stretched by the ratio of the modelled
-decode step to the run's observed median inter-token gap, so the modelled engine meets
-the load the real one met, and reported times are divided back into the run's seconds.
-That time axis is modelled, and says so.
+Time axis. When the bundle has the server's per-request timings, the step time is fitted to
+them (`step_fit`: overhead, per decoding sequence, per prefilled token), so the replay runs
+in the run's own seconds on the server that ran; a change of GPU or tensor parallelism
+scales that fit by the catalogue cost model's ratio between the two deployments. Without
+such timings: a --simulate run (or a --target run described with a catalogue GPU) uses the
+catalogue's cost model of that deployment; a run on the real bundled engine uses the cost
+model of SmolLM2-135M on an L4 with arrivals stretched by the ratio of its modelled decode
+step to the run's median inter-token gap (times divided back into the run's seconds). The
+time axis says which.
 
-A change is verified when its replay completes at least as many requests, rejects no
-more, and either has fewer preemptions (TTFT p99 not VERIFY_TTFT_GAIN worse) or a TTFT p99
-at least VERIFY_TTFT_GAIN lower with output throughput not that much lower. Preemptions
-may rise with more memory (more requests admitted, more of them growing at once) while
-every request is served sooner: that is a gain, and the reason says so.
+Every what-if is compared with the replay of the unchanged configuration, and that
+baseline is first held against the run itself (`fidelity`): preemptions and TTFT p99
+within 25%. A change is verified only then, and when its replay completes at least as many
+requests, rejects no more, and either has fewer preemptions (TTFT p99 not VERIFY_TTFT_GAIN
+worse) or a TTFT p99 at least VERIFY_TTFT_GAIN lower with output throughput not that much
+lower. Preemptions may rise with more memory (more requests admitted, more of them growing
+at once) while every request is served sooner: that is a gain, and the reason says so. A
+gain over a baseline that misses the run is "indicative", with the baseline's error.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ import pandas as pd
 from harness.advisor.capacity import base_blocks
 from harness.advisor.deployment import Deployment
 from harness.advisor.evidence import WorkloadEvidence, completed
+from harness.advisor.fidelity import Fidelity, Measured, judge_fidelity, measured_run
 from harness.advisor.run_inputs import RunInputs
+from harness.advisor.step_fit import StepFit, Transferred, fit_steps
 from reference_engine.catalogue import get_gpu, get_model
 from reference_engine.config import EngineConfig
 from reference_engine.sim.cost_model import CostModel
@@ -87,9 +94,10 @@ class Comparison:
     change: Change
     baseline: ReplayMetrics
     changed: ReplayMetrics
-    verified: bool
+    verified: bool  # the replay shows the gain (over the baseline; see `fidelity` for the baseline)
     why: str
     time_axis: str
+    fidelity: Fidelity | None = None  # the baseline against the run; None: not checked
 
     def to_dict(self) -> dict:
         return {
@@ -99,6 +107,7 @@ class Comparison:
             "verified": self.verified,
             "why": self.why,
             "time_axis": self.time_axis,
+            "baseline_fidelity": None if self.fidelity is None else self.fidelity.to_dict(),
         }
 
 
@@ -115,12 +124,34 @@ class Replayer:
     scale: float
     time_axis: str
     excluded: int
+    step_fit: StepFit | None = None  # the run's own step times; None: the catalogue's cost model
+    measured: Measured | None = None  # what the run measured, for the baseline's fidelity
     _baseline: ReplayMetrics | None = field(default=None)
 
     def baseline(self) -> ReplayMetrics:
         if self._baseline is None:
             self._baseline = self.run(Change("as run"))
         return self._baseline
+
+    def fidelity(self) -> Fidelity | None:
+        """The unchanged configuration's replay against the run (None when nothing measured)."""
+        if self.measured is None:
+            return None
+        base = self.baseline()
+        return judge_fidelity(self.measured, base.preemptions, base.ttft_p99_s)
+
+    def _step_cost(self, spec: SimSpec, config: EngineConfig):
+        """The fit, carried over to other hardware by the catalogue's ratio; None: catalogue."""
+        if self.step_fit is None:
+            return None
+        if (spec.gpu, spec.tensor_parallel_size) == (self.spec.gpu, self.spec.tensor_parallel_size):
+            return self.step_fit
+        model = get_model(spec.model)  # the KV dtype is the same on both sides: left at auto
+        return Transferred(
+            self.step_fit,
+            CostModel(model, get_gpu(self.spec.gpu), self.spec.tensor_parallel_size, spec.weight_dtype),
+            CostModel(model, get_gpu(spec.gpu), spec.tensor_parallel_size, spec.weight_dtype),
+        )
 
     def run(self, change: Change) -> ReplayMetrics:
         spec = replace(
@@ -140,13 +171,14 @@ class Replayer:
         parts = (
             [trace[r :: change.replicas] for r in range(change.replicas)] if change.replicas > 1 else [trace]
         )
-        results = [replay_trace(part, spec, config) for part in parts if part]
+        cost = self._step_cost(spec, config)
+        results = [replay_trace(part, spec, config, step_cost=cost) for part in parts if part]
         return _metrics(results, len(trace), self.scale)
 
     def compare(self, change: Change) -> Comparison:
         base, changed = self.baseline(), self.run(change)
         ok, why = judge(base, changed)
-        return Comparison(change, base, changed, ok, why, self.time_axis)
+        return Comparison(change, base, changed, ok, why, self.time_axis, self.fidelity())
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -251,13 +283,35 @@ def _observed_step_s(requests: pd.DataFrame) -> float | None:
     return float(np.median(gaps)) if gaps else None
 
 
+def _scaled_twin(
+    done: pd.DataFrame, twin, limit: int, blocks: int, mean_running: float | None
+) -> tuple[float, str]:
+    """Without a step-time fit: the twin's cost model, arrivals stretched by its modelled
+    decode step over the run's median inter-token gap; (scale, time axis)."""
+    observed = _observed_step_s(done)
+    batch = max(1, round(mean_running or 1))
+    context = int((done["prompt_tokens"] + done["output_tokens"] / 2).median()) if len(done) else 256
+    modelled = CostModel(twin, get_gpu(REAL_ENGINE_GPU)).step_time([(1, max(1, min(context, limit)))] * batch)
+    scale = modelled / observed if observed else 1.0
+    return scale, (
+        f"modelled: the run's {blocks:,}-block pool with a {twin.name} on {REAL_ENGINE_GPU} cost model, "
+        f"arrivals scaled x{scale:.3g} to the run's observed step time"
+        + ("" if observed else " (no inter-token gaps recorded: unscaled)")
+    )
+
+
 def make_replayer(
-    inputs: RunInputs, evidence: WorkloadEvidence, mean_running: float | None = None
+    inputs: RunInputs,
+    evidence: WorkloadEvidence,
+    mean_running: float | None = None,
+    preemptions: float | None = None,
 ) -> Replayer:
-    """The replayer for a run (see the module doc for the time axis). Raises ValueError when
-    the run cannot be replayed: its pool size is unknown, or the engine refuses the setup."""
+    """The replayer for a run (see the module doc for the time axis); `preemptions` is the
+    server's count over the run, for the baseline's fidelity. Raises ValueError when the run
+    cannot be replayed: its pool size is unknown, or the engine refuses the setup."""
     dep = inputs.deployment
     done = completed(inputs.requests)
+    fit = fit_steps(inputs.requests)
     blocks = base_blocks(dep)
     if blocks is None:
         raise ValueError("the run's KV pool size is unknown (no kv_capacity_blocks samples, no engine flags)")
@@ -268,22 +322,18 @@ def make_replayer(
         )
         config = replace(config, max_model_len=dep.max_model_len)
         scale, axis = 1.0, f"modelled: {dep.model} on {dep.tp} x {dep.gpu} (the simulator's cost model)"
-    else:
+    else:  # the real bundled engine: a catalogue twin sizes nothing (the pool is the run's)
         twin = get_model(dep.model or REAL_ENGINE_TWIN)
         spec = SimSpec(twin.name, REAL_ENGINE_GPU, 1, 0.9, "auto")
         limit = min(dep.max_model_len or twin.max_context, twin.max_context)
         config = replace(config, max_model_len=limit, kv_cache_dtype="auto")
-        observed = _observed_step_s(done)
-        batch = max(1, round(mean_running or 1))
-        context = int((done["prompt_tokens"] + done["output_tokens"] / 2).median()) if len(done) else 256
-        modelled = CostModel(twin, get_gpu(REAL_ENGINE_GPU)).step_time(
-            [(1, max(1, min(context, limit)))] * batch
-        )
-        scale = modelled / observed if observed else 1.0
+        scale, axis = (1.0, "") if fit is not None else _scaled_twin(done, twin, limit, blocks, mean_running)
+    if fit is not None:
         axis = (
-            f"modelled: the run's {blocks:,}-block pool with a {twin.name} on {REAL_ENGINE_GPU} cost model, "
-            f"arrivals scaled x{scale:.3g} to the run's observed step time"
-            + ("" if observed else " (no inter-token gaps recorded: unscaled)")
+            f"the run's own seconds: {blocks:,}-block pool, step times fitted to the server's per-request "
+            f"timings ({fit.overhead_s * 1000:.2f} ms + {fit.per_decode_seq_s * 1000:.3f} ms per decoding "
+            f"sequence + {fit.per_prefill_token_s * 1e6:.1f} us per prefilled token; {fit.rows} points, "
+            f"median error {fit.median_error:.0%})"
         )
     t0 = float(inputs.requests["send_time_unix"].min())
     cut = unfinished(inputs.requests)
@@ -302,4 +352,15 @@ def make_replayer(
     config_section = inputs.run.get("config") if isinstance(inputs.run.get("config"), dict) else {}
     if not config_section.get("rate") and config_section.get("workload") not in (None, "replay"):
         axis += "; a closed-loop run, replayed open-loop at its recorded send times"
-    return Replayer(dep, trace, near, spec, config, scale, axis, len(inputs.requests) - len(done) - len(cut))
+    return Replayer(
+        dep,
+        trace,
+        near,
+        spec,
+        config,
+        scale,
+        axis,
+        len(inputs.requests) - len(done) - len(cut),
+        fit,
+        measured_run(done, preemptions),
+    )

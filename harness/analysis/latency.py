@@ -7,8 +7,14 @@ Invariants:
 - The measurement window runs from the first send to the last completion (send + E2E, or
   the send itself for a request that never finished), so throughput is work done per second
   of load, independent of how long the harness took to start or drain.
-- ITL pools every inter-token gap of every successful request (a long answer weighs more,
-  as it does for a user reading it); TPOT is one value per request.
+- ITL is one value per request, its mean inter-token latency: the time from its first to
+  its last token over the tokens in between (sum of its gaps / (output tokens - choices)),
+  AIPerf's and GuideLLM's definition, so figures compare across tools. It equals
+  (E2E - TTFT) / (tokens - 1) up to the time after the last token, and it does not collapse
+  when chunks arrive bunched: a bunch shifts time between gaps, never out of the request.
+- ITL pooled (`itl_pooled`) is every inter-token gap of every successful request in one
+  distribution (what `vllm bench serve` calls ITL): a long answer weighs more, and bunched
+  chunks pull its percentiles towards 0. TPOT is one value per request.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ class Errors:
 @dataclass(frozen=True, slots=True)
 class LatencyReport:
     ttft: Distribution
-    itl: Distribution
+    itl: Distribution  # per-request mean inter-token latency
     tpot: Distribution
     e2e: Distribution
     throughput: Throughput
@@ -74,6 +80,7 @@ class LatencyReport:
     output_tokens: Distribution
     length_accuracy: dict[str, float | None]
     usage_sources: dict[str, int]
+    itl_pooled: Distribution  # every gap of every request
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,6 +138,16 @@ def itl_values(requests: pd.DataFrame) -> np.ndarray:
     return np.concatenate(lists) if lists else np.empty(0)
 
 
+def per_request_itl(ok: pd.DataFrame) -> pd.Series:
+    """Each request's mean inter-token latency (see the module invariants), NaN for a request
+    with no token after its first (per choice)."""
+    choices = ok["n"].fillna(1).clip(lower=1) if "n" in ok.columns else 1
+    tokens = ok["output_tokens"].astype(float)
+    spans = ok["itl_s"].map(lambda v: float(np.sum(v)) if v is not None and len(v) else np.nan)
+    between = tokens - choices
+    return (spans / between).where(between >= 1)
+
+
 def _length_accuracy(ok: pd.DataFrame) -> dict[str, float | None]:
     """Median achieved/target ratio: 1.0 means the workload got the lengths it asked for."""
     out: dict[str, float | None] = {}
@@ -150,7 +167,7 @@ def analyse_latency(all_requests: pd.DataFrame, slos: Slos | None = None) -> Lat
     tp = throughput(requests)
     return LatencyReport(
         ttft=distribution(ok["ttft_s"].to_numpy(dtype=float)),
-        itl=distribution(itl_values(ok)),
+        itl=distribution(per_request_itl(ok).to_numpy(dtype=float)),
         tpot=distribution(metrics["tpot"].to_numpy(dtype=float)),
         e2e=distribution(ok["e2e_s"].to_numpy(dtype=float)),
         throughput=tp,
@@ -160,6 +177,7 @@ def analyse_latency(all_requests: pd.DataFrame, slos: Slos | None = None) -> Lat
         output_tokens=distribution(ok["output_tokens"].to_numpy(dtype=float)),
         length_accuracy=_length_accuracy(ok),
         usage_sources={str(k): int(v) for k, v in ok["usage_source"].fillna("none").value_counts().items()},
+        itl_pooled=distribution(itl_values(ok)),
     )
 
 

@@ -20,7 +20,12 @@ users see); the *lag* is the delay above that floor. The run is unreliable when:
 - open-loop schedule lag p99 > 50 ms: requests left late, so the offered load was lower
   than asked and the queueing it would have caused is missing (coordinated omission);
 - the load generator warned about its CPU (Locust: above 90 %) in run.json or its logs;
-- any request failed inside the client (`client_error`), or nothing succeeded at all.
+- any request failed inside the client (`client_error`), or nothing succeeded at all;
+- more than a fifth of the inter-token gaps are under 1 ms and the client caused it
+  (`bunching`: it read late, so chunks waited for it and came out together). Bunching the
+  server caused is a note: the client measured what the server sent.
+A workload not meant to share prompts that found them cached (`cache_hits`) gets a note:
+the measurement is right, the workload was not the one asked for.
 
 Without per-request server timings, the server's TTFT histogram (increase over the run)
 gives its p50/p99; the upper edge of the bucket holding each quantile is compared with the
@@ -37,6 +42,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.analysis.bunching import bunching
+from harness.analysis.cache_hits import unexpected_hits
 from harness.analysis.stats import clean
 from harness.bundle.read import measured
 
@@ -61,6 +68,7 @@ class SelfCheck:
     schedule_lag_p99_s: float | None = None
     cpu_warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    bunching: dict[str, Any] = field(default_factory=dict)  # analysis.bunching.Bunching
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -244,17 +252,26 @@ def self_check(
         reasons.append(f"{n_client_err} request(s) failed inside the client (client_error)")
     if ok.empty:
         reasons.append("no request succeeded: there is nothing to measure")
+    bunched = bunching(ok, server, l50 if method == "per_request" else None)
+    if bunched.cause == "client":
+        reasons.append(bunched.sentence())
+    elif bunched.cause != "none":
+        notes.append(bunched.sentence())
+    warm = unexpected_hits(ok, run or {})
+    if warm:
+        notes.append(warm)
     return SelfCheck(
-        not reasons,
-        reasons,
-        method,
-        floor,
-        l50,
-        l99,
-        distortions.get("TTFT", (None,))[0],
-        distortions.get("E2E", (None,))[0],
-        s50,
-        sched99,
-        cpu,
-        notes,
+        reliable=not reasons,
+        reasons=reasons,
+        method=method,
+        delay_floor_s=floor,
+        lag_p50_s=l50,
+        lag_p99_s=l99,
+        ttft_p99_distortion_s=distortions.get("TTFT", (None,))[0],
+        e2e_p99_distortion_s=distortions.get("E2E", (None,))[0],
+        server_ttft_p50_s=s50,
+        schedule_lag_p99_s=sched99,
+        cpu_warnings=cpu,
+        notes=notes,
+        bunching=bunched.to_dict(),
     )

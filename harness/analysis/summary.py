@@ -30,6 +30,9 @@ from harness.bundle.schema import SUMMARY
 from harness.formatting import ms
 
 SCHEMA = "kvscope.summary/1"
+# itl: per-request mean inter-token latency (the headline); itl_pooled: every gap in one
+# distribution (vllm bench serve's ITL), kept as a second, labelled figure.
+LATENCY_KEYS = ("ttft", "itl", "tpot", "e2e", "itl_pooled")
 NA = "n/a"  # a figure the run did not measure, in the verdict sentences
 
 
@@ -101,7 +104,7 @@ def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> di
         "slos": s.to_dict(),
         "reliable": check.reliable,
         "requests": {"total": len(req), "ok": int(req["ok"].sum()), "failed": int((~req["ok"]).sum())},
-        "latency": {k: getattr(lat, k).to_dict() for k in ("ttft", "itl", "tpot", "e2e")},
+        "latency": {k: getattr(lat, k).to_dict() for k in LATENCY_KEYS},
         "throughput": lat.throughput.to_dict(),
         "goodput": lat.goodput.to_dict(),
         "errors": lat.errors.to_dict(),
@@ -144,7 +147,7 @@ def client_block(all_requests, s: dict[str, Any]) -> dict[str, Any]:
         "req_per_s": tp["requests_per_s"],
         "output_tokens": int(ok["output_tokens"].fillna(0).sum()),
         "output_tok_per_s": tp["output_tokens_per_s"],
-        **{f"{k}_s": lat[k] for k in ("ttft", "itl", "tpot", "e2e")},
+        **{f"{k}_s": lat[k] for k in LATENCY_KEYS},
         "client_overhead_ttft_s": s["client_server"]["ttft_overhead"],
         "schedule_lag_s": distribution(req["schedule_lag_s"].to_numpy(float)).to_dict(),
         "usage_source": {
@@ -169,6 +172,8 @@ def headline_figures(s: dict[str, Any]) -> dict[str, Any]:
     }
     for m in ("ttft", "itl", "tpot", "e2e"):
         out.update({f"{m}_{p}_s": s["latency"][m][p] for p in ("p50", "p99")})
+    out["itl_mean_s"] = s["latency"]["itl"]["mean"]
+    out["itl_pooled_p50_s"] = s["latency"]["itl_pooled"]["p50"]
     out.update(
         {
             "peak_kv_usage_ratio": srv["peak_kv_usage_ratio"],
@@ -190,7 +195,9 @@ def verdicts(s: dict[str, Any]) -> list[str]:
         f"over {tp['window_s']:.1f} s.",
         f"TTFT p50 {ms(lat['ttft']['p50'], missing=NA)}, p99 {ms(lat['ttft']['p99'], missing=NA)}; "
         f"TPOT p50 {ms(lat['tpot']['p50'], missing=NA)}, "
-        f"p99 {ms(lat['tpot']['p99'], missing=NA)}; E2E p99 {ms(lat['e2e']['p99'], missing=NA)}.",
+        f"p99 {ms(lat['tpot']['p99'], missing=NA)}; "
+        f"ITL (per-request mean) {ms(lat['itl']['mean'], missing=NA)}; "
+        + f"E2E p99 {ms(lat['e2e']['p99'], missing=NA)}.",
     ]
     if s["slos"]:
         g = s["goodput"]

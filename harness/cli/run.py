@@ -11,9 +11,10 @@ import argparse
 from exporter.units import host_port
 from harness.cli.load_flags import add_engine_flags, add_workload_options
 from harness.run.engine_flags import STARTUP_TIMEOUT_S
-from harness.workload.options import WORKLOADS
+from harness.run.outcome import DEFAULT_MAX_ERROR_RATE, EXIT_HELP
+from harness.workload.options import API_KEY_ENV, WORKLOADS
 
-RUN_EPILOG = """\
+RUN_EPILOG = f"""\
 examples:
   kvscope run --workload shared_prefix --model smollm2-135m --num-blocks 48 --duration 90s
   kvscope run --target http://gpu-box:8000 --workload chat --users 32 --spawn-rate 8 --duration 5m
@@ -24,11 +25,22 @@ closed loop (--users N): N users, each sending when its previous answer is in.
 open loop (--rate R): R requests/s in total, whatever the server does; --users is then the
 most requests in flight (default 64), and each request records how late it left.
 
-The bundle (--out DIR): run.json (the configuration, how the run ended, and the deployment
-facts with their source: the bundled engine's configuration, or what a --target stated),
-requests.parquet, server.parquet, summary.json, logs/, raw/ (records and exporter samples as
-JSON lines), locust/ (Locust's CSVs).
+closed-loop users start staggered (over --warmup, else over a tenth of the run, at most
+10 s) and draw their lengths within --length-spread of the mean, so they do not move in
+lock-step. Each run draws a new --seed (recorded in run.json): prompts differ from the last
+run's, so a rerun does not find them in the server's prefix cache; --seed N reproduces a run.
+
+The API key (--api-key, --api-key-file or ${API_KEY_ENV}) reaches the engine and Locust
+through their environment, never their command lines.
+
+The bundle (--out DIR): run.json (the configuration, the seed, how the run ended and its exit
+status, and the deployment facts with their source: the bundled engine's configuration, or
+what a --target stated), requests.parquet, server.parquet, summary.json, logs/, raw/ (records
+and exporter samples as JSON lines), locust/ (Locust's CSVs).
 Load it with harness.results.load(DIR).
+
+{EXIT_HELP}
+The console's last line says which, and why.
 """
 
 
@@ -55,7 +67,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         help="closed loop: concurrent users (default 8); open loop: most in flight (default 64)",
     )
-    p.add_argument("--spawn-rate", type=float, help="users started per second (default: all within a second)")
+    p.add_argument(
+        "--spawn-rate",
+        type=float,
+        help="users started per second (default: closed loop staggered over --warmup or a tenth of the run; "
+        "open loop all at once)",
+    )
     p.add_argument(
         "--rate",
         type=float,
@@ -104,6 +121,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "max-num-seqs=256 (keys: model, gpu, tp, gpu-memory-utilization, weight-dtype, kv-cache-dtype, "
         "num-gpu-blocks, block-size, max-num-seqs, max-num-batched-tokens, max-model-len, "
         "enable-prefix-caching, allocator); the advice names what it lacks",
+    )
+    p.add_argument(
+        "--warmup",
+        metavar="DURATION",
+        help="load the server this long first, e.g. 10s: requests sent then are recorded as phase 'warmup' "
+        "and kept out of every statistic (marked in the plots); --duration counts after it (default: none)",
+    )
+    p.add_argument(
+        "--max-error-rate",
+        metavar="SHARE",
+        help="the most failed requests a run may have and still exit 0, e.g. 5%% or 0.05 "
+        f"(default {DEFAULT_MAX_ERROR_RATE * 100:g}%%); above it the run exits 3",
+    )
+    p.add_argument(
+        "--fail-on-unreliable",
+        action="store_true",
+        help="exit 5 when the self-check finds the measurement unreliable (for CI)",
+    )
+    p.add_argument(
+        "--no-advise",
+        action="store_true",
+        help="skip the advisor (and its what-if replays) at the end; the report is still written "
+        "(`kvscope advise DIR` later)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help=f"read the server's API key from the first line of FILE (or set ${API_KEY_ENV})",
     )
     p.add_argument("--quiet", action="store_true", help="no live progress line")
     add_workload_options(

@@ -10,7 +10,7 @@ from harness.load.fixed_length import FixedLengthUser
 from harness.load.shapes import StepAndSpikeShape
 from harness.load.user import LLMUser, register_workload
 from harness.workload.arrivals import Slot
-from harness.workload.lengths import MAX_TOTAL, load_sharegpt, pick, sharegpt_like
+from harness.workload.lengths import MAX_TOTAL, load_sharegpt, pick, sharegpt_like, spread
 from harness.workload.prompts import seeded_text, text, words
 from harness.workload.request_spec import RequestSpec
 from harness.workload.traces import MOONCAKE_BLOCK_TOKENS, TraceEntry, load_trace, trace_offsets
@@ -30,6 +30,7 @@ __all__ = [
     "register_workload",
     "seeded_text",
     "sharegpt_like",
+    "spread",
     "text",
     "trace_offsets",
     "words",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,6 +23,7 @@ import gevent
 from gevent.lock import Semaphore
 
 from harness.load.transport import (
+    ABORT_MSG,
     DRAIN_MSG,
     DRAINED_MSG,
     RECORDS_MSG,
@@ -32,13 +34,15 @@ from harness.load.transport import (
 )
 from harness.workload.arrivals import ArrivalKind, ArrivalSchedule
 from harness.workload.calibration import Calibration
-from harness.workload.options import DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S
+from harness.workload.options import API_KEY_ENV, DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S
 from harness.workload.record import Endpoint
 
 log = logging.getLogger("kvscope.locust")
 # local: one process that sends and collects; worker: sends; master: collects, runs no users.
 Role = Literal["local", "master", "worker"]
 SCHEDULE_LEAD_S = 0.5  # open-loop arrivals start this long after test_start, once users exist
+ABORT_KILL_S = 0.5  # a stop-at-once waits this long for killed users to record their aborts
+ABORT_SIGNAL = signal.SIGUSR1
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class CommonOptions:
     request_timeout: float = REQUEST_TIMEOUT_S
     drain_timeout: float = DRAIN_TIMEOUT_S
     calibrate: bool = True
+    warmup_s: float = 0.0
     records_out: str = ""
     status_out: str = ""
 
@@ -65,7 +70,8 @@ class CommonOptions:
         return cls(
             endpoint=get("endpoint", d.endpoint),
             model=get("model", d.model) or "",
-            api_key=get("api_key", "") or "",
+            # kvscope run passes the key in the environment, never on a command line (`ps`).
+            api_key=get("api_key", "") or os.environ.get(API_KEY_ENV, ""),
             temperature=float(get("temperature", d.temperature)),
             ignore_eos=not get("no_ignore_eos", False),
             seed=int(get("seed", d.seed)),
@@ -75,6 +81,7 @@ class CommonOptions:
             request_timeout=float(get("request_timeout", d.request_timeout)),
             drain_timeout=float(get("drain_timeout", d.drain_timeout)),
             calibrate=not get("no_calibrate", False),
+            warmup_s=max(0.0, float(get("warmup_s", d.warmup_s) or 0.0)),
             records_out=get("records_out", "") or "",
             status_out=get("status_out", "") or "",
         )
@@ -98,6 +105,7 @@ class RunContext:
     opts: CommonOptions = field(default_factory=CommonOptions)
     t0_unix: float = 0.0
     draining: bool = False
+    aborting: bool = False  # stop now: in-flight requests are recorded as aborted, not awaited
     in_flight: int = 0
     seq: int = 0
     users_started: int = 0
@@ -112,6 +120,12 @@ class RunContext:
         """Locust's parsed options (workload-specific values are read from here by dest)."""
         return self.environment.parsed_options
 
+    @property
+    def warmup_end_unix(self) -> float:
+        """Requests sent before this are warm-up (phase "warmup"), kept out of every statistic;
+        0 without --warmup-s (nothing is warm-up)."""
+        return self.t0_unix + self.opts.warmup_s if self.opts.warmup_s > 0 else 0.0
+
     def next_request_id(self) -> str:
         self.seq += 1
         return f"{self.worker_id}-{self.seq}"
@@ -119,6 +133,7 @@ class RunContext:
     def reset_for_test(self) -> None:
         self.opts = CommonOptions.from_namespace(self.environment.parsed_options)
         self.draining = False
+        self.aborting = False
         self.schedule = None
         self.server = None
         self.calibration = None
@@ -147,7 +162,7 @@ def drain_local(ctx: RunContext) -> None:
     """
     if not ctx.draining:
         ctx.draining = True
-        if not wait_until(lambda: ctx.in_flight == 0, ctx.opts.drain_timeout):
+        if not wait_until(lambda: ctx.in_flight == 0 or ctx.aborting, ctx.opts.drain_timeout):
             log.warning(
                 "%d request(s) still in flight after --drain-timeout %.0fs; they are recorded as aborted",
                 ctx.in_flight,
@@ -155,6 +170,29 @@ def drain_local(ctx: RunContext) -> None:
             )
     if ctx.sender is not None:
         ctx.sender.flush()
+
+
+def abort_local(ctx: RunContext) -> None:
+    """Stop now (a second Ctrl-C): no new requests, the in-flight ones are ended and recorded
+    as aborted (their users are killed; `LLMUser.send` records the abort on the way out),
+    and every record is sent to the master at once, so a fast stop loses none."""
+    ctx.aborting = ctx.draining = True
+    runner = ctx.environment.runner
+    greenlets = getattr(runner, "user_greenlets", None)
+    if greenlets is not None:
+        greenlets.kill(block=True, timeout=ABORT_KILL_S)
+    if ctx.sender is not None:
+        ctx.sender.flush()
+
+
+def _on_abort_signal(ctx: RunContext) -> None:
+    """SIGUSR1: `kvscope run`'s second Ctrl-C. The master passes it on to every worker."""
+    log.warning("told to stop at once: in-flight requests are recorded as aborted")
+    if ctx.role == "master":
+        ctx.aborting = True
+        ctx.environment.runner.send_message(ABORT_MSG, {})
+    else:
+        abort_local(ctx)
 
 
 def _on_test_stop(environment: Any, **_: Any) -> None:
@@ -184,6 +222,8 @@ def _on_init(environment: Any, runner: Any = None, **_: Any) -> None:
         gevent.spawn(ctx.sender.run_forever)
     if role == "worker":
         runner.register_message(DRAIN_MSG, lambda environment, msg, **_: _worker_drain(ctx), concurrent=True)
+        runner.register_message(ABORT_MSG, lambda environment, msg, **_: abort_local(ctx), concurrent=True)
+    gevent.signal_handler(ABORT_SIGNAL, _on_abort_signal, ctx)
 
 
 def _worker_drain(ctx: RunContext) -> None:
@@ -201,9 +241,12 @@ def _on_test_start(environment: Any, **_: Any) -> None:
     opts, parsed = ctx.opts, environment.parsed_options
     if ctx.role == "master":
         # Shared by every worker through the spawn message's parsed_options: one t0 and one
-        # worker count, so all workers cut the same global arrival schedule.
+        # worker count, so all workers cut the same global arrival schedule (and warm up
+        # until the same moment), and the API key from the environment, so remote workers
+        # get it as they would from --api-key.
         parsed.kvscope_t0 = time.time() + SCHEDULE_LEAD_S
         parsed.kvscope_worker_count = max(1, environment.runner.worker_count)
+        parsed.api_key = opts.api_key
     if ctx.role in ("local", "master") and ctx.collector is not None:
         ctx.collector.path = opts.records_out or None
         ctx.collector.open()

@@ -34,6 +34,7 @@ log = logging.getLogger("kvscope.records")
 RECORDS_MSG = "kvscope_records"
 DRAIN_MSG = "kvscope_drain"
 DRAINED_MSG = "kvscope_drained"
+ABORT_MSG = "kvscope_abort"  # stop at once (a second Ctrl-C): record in-flight requests as aborted
 BATCH_SIZE = 200
 FLUSH_INTERVAL_S = 0.5
 
@@ -90,9 +91,7 @@ class RecordCollector:
         worker = str(data.get("worker_id", msg.node_id))
         if self._file is not None and records:
             # NaN ("not measured") becomes null: standard JSON that any JSON-lines reader takes.
-            self._file.write(
-                "".join(json.dumps({k: None if v != v else v for k, v in r.items()}) + "\n" for r in records)
-            )
+            self._file.write("".join(json.dumps(_nan_to_null(r)) + "\n" for r in records))
             self._file.flush()
         self.per_worker[worker] = self.per_worker.get(worker, 0) + len(records)
         self.total += len(records)
@@ -104,6 +103,11 @@ class RecordCollector:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _nan_to_null(record: dict) -> dict:
+    """NaN floats become None; only scalar floats can be NaN in a record (lists hold gaps)."""
+    return {k: None if isinstance(v, float) and v != v else v for k, v in record.items()}
 
 
 def wait_until(predicate, timeout_s: float, step_s: float = 0.05) -> bool:

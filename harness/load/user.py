@@ -46,6 +46,10 @@ from harness.workload.sse import StreamState, consume, finish
 
 install(events)
 IDLE_WAIT_S = 0.25  # how often an idle (draining, schedule exhausted) user looks again
+# Locust starts users in batches once a second; each closed-loop user's first request waits a
+# random share of that, so a batch does not arrive as one wave (nor do the users that waited
+# for the calibration together).
+START_STAGGER_S = 1.0
 CONTEXT_MARGIN_TOKENS = 8  # slack under max_model_len: templates and calibration are approximate
 
 
@@ -77,6 +81,7 @@ class LLMUser(FastHttpUser):
         self.ctx: RunContext = ctx
         ctx.users_started += 1
         self.rng = random.Random(f"{ctx.opts.seed}:{ctx.worker_index}:{ctx.users_started}")
+        self.started = False
         self._headers = {
             "Content-Type": "application/json",
             "Accept": "text/event-stream",
@@ -133,17 +138,25 @@ class LLMUser(FastHttpUser):
         if ctx.draining:
             return
         if ctx.schedule is None:
+            if not self.started:
+                self.started = True
+                self._sleep(time.time() + self.rng.uniform(0.0, START_STAGGER_S))
+                if ctx.draining:
+                    return
             self.send(self.next_request())
             return
         slot = ctx.schedule.claim()
         if slot is None:
             return
-        # Sleep until the slot in short steps, so a drain (or a graceful stop) is not kept
-        # waiting by an arrival scheduled far ahead.
-        while not ctx.draining and (delay := slot.scheduled_unix - time.time()) > 0:
-            gevent.sleep(min(delay, IDLE_WAIT_S))
+        self._sleep(slot.scheduled_unix)
         if not ctx.draining:
             self.send(self.request_for_slot(slot), slot)
+
+    def _sleep(self, until_unix: float) -> None:
+        """Sleep until `until_unix` in short steps, so a drain (or a graceful stop) is not kept
+        waiting by a request due far ahead."""
+        while not self.ctx.draining and (delay := until_unix - time.time()) > 0:
+            gevent.sleep(min(delay, IDLE_WAIT_S))
 
     def _setup(self) -> None:
         """Once per test and worker: discover the model, calibrate, build the schedule.
@@ -229,6 +242,8 @@ class LLMUser(FastHttpUser):
     def _stream(self, payload: bytes, rec: RequestRecord, slot: Slot | None) -> None:
         rec.send_time_unix = time.time()
         start = time.perf_counter()
+        if rec.phase == "measure" and rec.send_time_unix < self.ctx.warmup_end_unix:
+            rec.phase = "warmup"  # sent during --warmup: recorded, kept out of every statistic
         if slot is not None:
             rec.scheduled_time_unix = slot.scheduled_unix
             rec.schedule_lag_s = rec.send_time_unix - slot.scheduled_unix

@@ -30,19 +30,31 @@ def run_figures(bundle: Bundle, slos: Slos) -> tuple[dict[str, Any], dict[str, s
     bounds = window_bounds(req)
     tl = timeline(clip_to_window(bundle.server, bounds))  # the samples summarize() used
     t0 = bounds[0] if bounds else (float(tl["time_unix"].iloc[0]) if len(tl) else 0.0)
+    warm = warmup_span(bundle.requests, t0)
+    if warm is not None and bounds is not None:  # the server timeline shows the warm-up too, shaded
+        tl = timeline(clip_to_window(bundle.server, (t0 + warm[0], bounds[1])))
     plot_dir = d / "plots"
     made = {
         "latency_cdf": plots.latency_cdfs(
             ok, per_request_metrics(ok), itl_values(ok), slos, plot_dir / "latency_cdf.png"
         ),
         "server_timeline": plots.server_timeline(
-            tl, ok, t0, summary["server"]["preemption_onset_unix"], plot_dir / "server_timeline.png"
+            tl, ok, t0, summary["server"]["preemption_onset_unix"], plot_dir / "server_timeline.png", warm
         ),
         "throughput": plots.throughput_timeline(
-            throughput_over_time(req), tl, t0, plot_dir / "throughput.png"
+            throughput_over_time(req), tl, t0, plot_dir / "throughput.png", warm
         ),
     }
     return summary, {k: str(p.relative_to(d)) for k, p in made.items() if p is not None}
+
+
+def warmup_span(requests, t0: float) -> tuple[float, float] | None:
+    """(first warm-up send, end of the warm-up) in seconds from `t0` (the first measured
+    send, so both are <= 0), or None for a run without warm-up requests."""
+    if "phase" not in requests.columns:
+        return None
+    sends = requests.loc[requests["phase"] == "warmup", "send_time_unix"].dropna()
+    return None if sends.empty else (float(sends.min()) - t0, 0.0)
 
 
 def sweep_figures(d: Path, sw: dict[str, Any]) -> dict[str, str]:

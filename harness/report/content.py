@@ -12,11 +12,17 @@ import time
 from typing import Any
 
 from harness.advisor.record import Advice
-from harness.formatting import ms_cell, num, pct
+from harness.formatting import DASH, ms_cell, num, pct
 from harness.report.advice import advice_blocks
 from harness.report.document import Bullets, Document, Image, Para, Table
 
-LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL (every gap)"), ("e2e", "E2E"))
+LATENCY_ROWS = (
+    ("ttft", "TTFT"),
+    ("itl", "ITL (per-request mean)"),
+    ("tpot", "TPOT"),
+    ("e2e", "E2E"),
+    ("itl_pooled", "ITL pooled (every gap; vllm bench serve's ITL)"),
+)
 
 
 def _when(t: Any) -> str:
@@ -36,6 +42,11 @@ def dist_row(name: str, d: dict[str, Any]) -> list[str]:
         ms_cell(d["p99"]),
         ms_cell(d["max"]),
     ]
+
+
+def _bunched(b: dict[str, Any]) -> str:
+    share = b.get("bunched_share")
+    return DASH if share is None else f"{pct(share)} of {b.get('gaps')} ({b.get('cause')})"
 
 
 DIST_HEADERS = ["metric", "n", "mean ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "max ms"]
@@ -83,6 +94,7 @@ def run_document(
                 ["E2E p99 moved by the client", f"{ms_cell(check['e2e_p99_distortion_s'])} ms"],
                 ["open-loop schedule lag p99", f"{ms_cell(check['schedule_lag_p99_s'])} ms"],
                 ["load-generator CPU warnings", str(len(check["cpu_warnings"]))],
+                ["inter-token gaps under 1 ms (bunched; cause)", _bunched(check.get("bunching") or {})],
             ],
         )
     )
@@ -99,7 +111,9 @@ def run_document(
         Table(
             DIST_HEADERS,
             [dist_row(label, s["latency"][k]) for k, label in LATENCY_ROWS],
-            "successful requests; TPOT = (E2E - TTFT) / (output tokens per choice - 1)",
+            "successful requests; ITL = each request's mean gap between tokens, as AIPerf and GuideLLM "
+            "report it; TPOT = (E2E - TTFT) / (output tokens per choice - 1); the pooled row puts every "
+            "gap of every request in one distribution",
         )
     )
     if "latency_cdf" in figures:

@@ -40,11 +40,22 @@ def _inline(escaped: str) -> str:
 
 def markdown_to_html(md: str) -> str:
     """A small, safe Markdown subset: headings, paragraphs, bullet and numbered lists with one
-    level of nesting (an indented item belongs to the item above it), **bold** and `code`.
-    The text is escaped before any tag is added."""
+    level of nesting (an indented item belongs to the item above it), pipe tables (first row
+    the header, the `|---|` row skipped; inside a list item they stay in that item), **bold**
+    and `code`. The text is escaped before any tag is added."""
     out: list[str] = []
     para: list[str] = []
     lists: list[str] = []  # open list tags, outermost first; each open list has an open <li>
+    table: list[list[str]] = []
+
+    def flush_table() -> None:
+        if table:
+            head, *body = table
+            out.append("<table>")
+            out.append("<tr>" + "".join(f"<th>{_inline(esc(c))}</th>" for c in head) + "</tr>")
+            out.extend("<tr>" + "".join(f"<td>{_inline(esc(c))}</td>" for c in row) + "</tr>" for row in body)
+            out.append("</table>")
+            table.clear()
 
     def flush_para() -> None:
         if para:
@@ -60,9 +71,17 @@ def markdown_to_html(md: str) -> str:
         indent = len(raw) - len(raw.lstrip(" "))
         heading = re.match(r"(#{1,6})\s+(.*)", line)
         item = re.match(r"(?:([-*])|\d+[.)])\s+(.*)", line)
+        if line.startswith("|"):
+            flush_para()
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                table.append(cells)
+            continue
+        flush_table()
         if not line:
             flush_para()
-            close_lists()
+            if not (lists and indent >= 2):
+                close_lists()
         elif heading:
             flush_para()
             close_lists()
@@ -85,6 +104,7 @@ def markdown_to_html(md: str) -> str:
         else:
             close_lists()
             para.append(line)
+    flush_table()
     flush_para()
     close_lists()
     return "\n".join(out)

@@ -50,14 +50,14 @@ def _cdf(ax: Any, values: np.ndarray, title: str, slo: float | None) -> None:
 def latency_cdfs(
     ok: pd.DataFrame, metrics: pd.DataFrame, itl: np.ndarray, slos: Slos, path: Path
 ) -> Path | None:
-    """CDFs of TTFT, TPOT, ITL (every gap) and E2E of successful requests."""
+    """CDFs of TTFT, TPOT, ITL (every gap pooled) and E2E of successful requests."""
     if ok.empty:
         return None
     fig = Figure(figsize=(10, 7), layout="constrained")
     axes = fig.subplots(2, 2)
     _cdf(axes[0, 0], ok["ttft_s"].to_numpy(float), "TTFT", slos.ttft)
     _cdf(axes[0, 1], metrics["tpot"].to_numpy(float), "TPOT (per request)", slos.tpot)
-    _cdf(axes[1, 0], itl, "Inter-token latency (every gap)", slos.itl)
+    _cdf(axes[1, 0], itl, "Inter-token latency, every gap pooled", slos.itl)
     _cdf(axes[1, 1], ok["e2e_s"].to_numpy(float), "E2E", slos.e2e)
     fig.suptitle("Latency CDFs (successful requests)")
     return _save(fig, path)
@@ -74,10 +74,22 @@ def _ttft_overlay(ax: Any, ok: pd.DataFrame, t0: float) -> None:
     twin.tick_params(axis="y", colors="tab:red")
 
 
+def _warmup(ax: Any, warmup: tuple[float, float] | None) -> None:
+    """Shade the warm-up (seconds from t0, before 0): recorded, in no statistic."""
+    if warmup is not None:
+        ax.axvspan(warmup[0], warmup[1], color="grey", alpha=0.15, label="warm-up (not measured)")
+
+
 def server_timeline(
-    tl: pd.DataFrame, ok: pd.DataFrame, t0: float, onset: float | None, path: Path
+    tl: pd.DataFrame,
+    ok: pd.DataFrame,
+    t0: float,
+    onset: float | None,
+    path: Path,
+    warmup: tuple[float, float] | None = None,
 ) -> Path | None:
-    """KV usage (+ prefix hit ratio), running/waiting and preemptions over time, TTFT overlaid."""
+    """KV usage (+ prefix hit ratio), running/waiting and preemptions over time, TTFT overlaid;
+    the warm-up, when the run had one, shaded before 0."""
     if tl.empty:
         return None
     t = tl["time_unix"] - t0
@@ -98,12 +110,15 @@ def server_timeline(
     ax_q.set_title("Scheduler queue")
     ax_q.legend(fontsize=8, loc="upper left")
     ax_p.bar(t, tl["preemptions_delta"], width=0.8, color="tab:purple", label="preemptions per sample")
+    # A count is never negative; with no preemption matplotlib would centre the axis on 0.
+    ax_p.set_ylim(0, max(1.0, float(np.nanmax(tl["preemptions_delta"].to_numpy(float), initial=0.0)) * 1.1))
     ax_p.set_ylabel("preemptions")
     ax_p.set_title("Preemptions (counter increase per sample)")
     ax_p.set_xlabel("seconds from the first request")
     ax_p.legend(fontsize=8, loc="upper left")
     for ax in (ax_kv, ax_q, ax_p):
         ax.grid(alpha=0.3)
+        _warmup(ax, warmup)
         if onset is not None:
             ax.axvline(onset - t0, color="black", linestyle=":", linewidth=1)
     if not ok.empty:
@@ -112,12 +127,15 @@ def server_timeline(
     return _save(fig, path)
 
 
-def throughput_timeline(tp: pd.DataFrame, tl: pd.DataFrame, t0: float, path: Path) -> Path | None:
+def throughput_timeline(
+    tp: pd.DataFrame, tl: pd.DataFrame, t0: float, path: Path, warmup: tuple[float, float] | None = None
+) -> Path | None:
     """Client completions per second and output tokens per second; the server's generation rate."""
     if tp.empty:
         return None
     fig = Figure(figsize=(10, 4.5), layout="constrained")
     ax = fig.subplots()
+    _warmup(ax, warmup)
     ax.step(tp["t_s"], tp["output_tokens_per_s"], where="post", label="output tok/s (client, by completion)")
     if not tl.empty and tl["generation_tokens_per_s"].notna().any():
         ax.plot(

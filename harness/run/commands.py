@@ -4,16 +4,19 @@ and workers, and (for a sweep's points) `kvscope run` itself.
 Pure functions of the configuration (and the ports and paths chosen), so run.json can
 store exactly what ran and tests can check the wiring without starting anything. Children
 run with this interpreter (`sys.executable -m ...`), so the run works from a virtualenv
-that is not on PATH.
+that is not on PATH. No secret is ever on a command line (`ps` shows command lines to every
+user of the machine): the API key reaches the engine and Locust through the environment
+(`child_env`), which the engine and the Locust user both read.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from harness.run.config import RunConfig
-from harness.workload.options import WORKLOADS
+from harness.workload.options import API_KEY_ENV, WORKLOADS
 
 ENGINE_TARGET_NAME = "engine"
 LOOPBACK = "127.0.0.1"
@@ -29,7 +32,12 @@ def connect_host(bind_host: str) -> str:
     return LOOPBACK if bind_host in ("0.0.0.0", "") else bind_host
 
 
-def engine_command(model: str | None, engine_flags: list[str], port: int, api_key: str = "") -> list[str]:
+def child_env(api_key: str) -> dict[str, str] | None:
+    """The environment of a child that needs the API key (None: inherit this one unchanged)."""
+    return {**os.environ, API_KEY_ENV: api_key} if api_key else None
+
+
+def engine_command(model: str | None, engine_flags: list[str], port: int) -> list[str]:
     """The bundled engine on 127.0.0.1:`port` (`--model` only when given: the engine's default)."""
     return kvscope_command(
         "engine",
@@ -40,7 +48,6 @@ def engine_command(model: str | None, engine_flags: list[str], port: int, api_ke
         str(port),
         *(["--model", model] if model else []),
         *engine_flags,
-        *(["--api-key", api_key] if api_key else []),
     )
 
 
@@ -90,7 +97,7 @@ def master_command(
         "-r",
         str(cfg.spawn_rate),
         "-t",
-        f"{max(1, round(cfg.duration_s))}s",
+        f"{max(1, round(cfg.warmup_s + cfg.duration_s))}s",
         "--csv",
         str(csv_prefix),
         "--only-summary",
@@ -102,10 +109,9 @@ def master_command(
         str(records),
         "--status-out",
         str(status),
+        *(["--warmup-s", f"{cfg.warmup_s:g}"] if cfg.warmup_s else []),
         *cfg.workload_argv,
     ]
-    if cfg.api_key and "--api-key" not in cfg.workload_argv:
-        argv += ["--api-key", cfg.api_key]
     return argv
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +23,9 @@ from harness.bundle.deployment import DeploymentFacts
 from harness.bundle.deployment_option import parse_deployment
 from harness.run.deployment import bundled_facts
 from harness.run.engine_flags import STARTUP_TIMEOUT_S, engine_argv
+from harness.run.outcome import DEFAULT_MAX_ERROR_RATE
 from harness.workload.options import (
+    API_KEY_ENV,
     DRAIN_TIMEOUT_S,
     REQUEST_TIMEOUT_S,
     SET_BY_RUN,
@@ -34,6 +38,7 @@ from harness.workload.options import (
 CLOSED_LOOP_USERS = 8
 OPEN_LOOP_USERS = 64
 MASTER_HOST = "127.0.0.1"
+RAMP_MAX_S = 10.0  # closed loop without --warmup: users start over a tenth of the run, at most this
 
 
 class ConfigError(ValueError):
@@ -68,6 +73,11 @@ class RunConfig:
     api_key: str = ""
     deployment: DeploymentFacts | None = None
     deployment_text: str = ""
+    seed: int = 0  # drawn per run unless --seed was given; forwarded in workload_argv
+    warmup_s: float = 0.0
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
+    fail_on_unreliable: bool = False
+    advise: bool = True
 
     @property
     def open_loop(self) -> bool:
@@ -90,7 +100,8 @@ def redact(argv: list[str]) -> list[str]:
 
 
 def workload_argv(args: argparse.Namespace, workload: str) -> list[str]:
-    """The workload's options the user gave, as flags; ConfigError for another workload's."""
+    """The workload's options the user gave, as flags; ConfigError for another workload's.
+    Secret options (the API key) are left out: they travel in the environment."""
     own = {o.flag for o in options_for(workload)}
     foreign = {
         o.flag
@@ -99,7 +110,59 @@ def workload_argv(args: argparse.Namespace, workload: str) -> list[str]:
     }
     if foreign:
         raise ConfigError(f"workload {workload!r} has no option(s) {', '.join(sorted(foreign))}")
-    return to_argv(tuple(o for o in options_for(workload) if o.dest not in SET_BY_RUN), args)
+    spread = getattr(args, "length_spread", None)
+    if spread is not None and not 0 <= spread < 1:
+        raise ConfigError(f"--length-spread must be in [0, 1), got {spread}")
+    return to_argv(tuple(o for o in options_for(workload) if o.dest not in SET_BY_RUN and not o.secret), args)
+
+
+def api_key(args: argparse.Namespace) -> str:
+    """--api-key, else --api-key-file's first line, else $KVSCOPE_API_KEY ('' for none)."""
+    given, path = getattr(args, "api_key", None), getattr(args, "api_key_file", None)
+    if given and path:
+        raise ConfigError("give --api-key or --api-key-file, not both")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                key = f.readline().strip()
+        except OSError as exc:
+            raise ConfigError(f"--api-key-file: {exc}") from None
+        if not key:
+            raise ConfigError(f"--api-key-file: {path} is empty")
+        return key
+    return given or os.environ.get(API_KEY_ENV, "")
+
+
+def share(text: str | None, flag: str, default: float) -> float:
+    """A share of requests: `1%`, `0.01` or `0`; ConfigError naming the flag."""
+    if text is None:
+        return default
+    body = text.strip()
+    try:
+        value = float(body[:-1]) / 100 if body.endswith("%") else float(body)
+    except ValueError:
+        raise ConfigError(f"{flag}: not a share, got {text!r} (e.g. 1% or 0.01)") from None
+    if not 0 <= value <= 1:
+        raise ConfigError(f"{flag}: a share must be between 0 and 1 (0% and 100%), got {text!r}")
+    return value
+
+
+def warmup(text: str | None) -> float:
+    """--warmup as seconds (0 when not given or 0)."""
+    if text is None or text.strip() in ("0", "0s"):
+        return 0.0
+    return duration(text, "--warmup")
+
+
+def default_spawn_rate(users: int, open_loop: bool, warmup_s: float, duration_s: float) -> float:
+    """Users started per second when --spawn-rate is not given. Open loop: all at once (they
+    are only slots; the schedule decides when requests leave). Closed loop: staggered over
+    the warm-up, else over a tenth of the run (1 to RAMP_MAX_S seconds), so users do not
+    start, and then keep sending, in step."""
+    if open_loop:
+        return float(users)
+    ramp = warmup_s if warmup_s > 0 else min(RAMP_MAX_S, max(1.0, duration_s / 10))
+    return users / ramp
 
 
 def bundled_engine_argv(args: argparse.Namespace) -> list[str]:
@@ -153,6 +216,10 @@ def from_args(args: argparse.Namespace) -> RunConfig:
     if target and args.model:
         forwarded += ["--model", args.model]
     forwarded += ["--rate", str(rate)] if rate > 0 else []
+    seed = args.seed if getattr(args, "seed", None) is not None else secrets.randbelow(1 << 31)
+    if getattr(args, "seed", None) is None:
+        forwarded += ["--seed", str(seed)]  # a new seed per run: a rerun must not hit a warm cache
+    warmup_s = warmup(getattr(args, "warmup", None))
     host, port = args.master_bind or (MASTER_HOST, None)  # (host, port) from the command line
     out = Path(args.out) if args.out else default_out(workload)
     if (out / "run.json").exists() or (out / "raw").exists():
@@ -166,7 +233,9 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         workload=workload,
         target=target,
         users=users,
-        spawn_rate=float(args.spawn_rate) if args.spawn_rate else float(users),
+        spawn_rate=float(args.spawn_rate)
+        if args.spawn_rate
+        else default_spawn_rate(users, open_loop, warmup_s, duration_s),
         rate=rate,
         duration_s=duration_s,
         workers=args.workers,
@@ -181,9 +250,16 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         request_timeout_s=float(args.request_timeout or REQUEST_TIMEOUT_S),
         startup_timeout_s=args.startup_timeout,
         progress=not args.quiet,
-        api_key=args.api_key or "",
+        api_key=api_key(args),
         deployment=deployment,
         deployment_text=stated,
+        seed=seed,
+        warmup_s=warmup_s,
+        max_error_rate=share(
+            getattr(args, "max_error_rate", None), "--max-error-rate", DEFAULT_MAX_ERROR_RATE
+        ),
+        fail_on_unreliable=bool(getattr(args, "fail_on_unreliable", False)),
+        advise=not getattr(args, "no_advise", False),
     )
 
 

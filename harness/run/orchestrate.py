@@ -7,6 +7,11 @@ records reach the master), then one more exporter scrape so the server's counter
 the last requests, then the exporter, then the engine. The bundle is written whatever
 happened, from what reached disk (`finish`); run.json says how the run ended. A
 configuration error exits 2 before anything starts.
+
+A second Ctrl-C stops at once: the master is told (SIGUSR1) to have every worker end its
+in-flight requests now, record them as aborted and send every record; the master writes
+what it received and exits, and whatever is still running ABORT_GRACE_S later is killed.
+Records that reached the master are on disk by then (it flushes every batch it receives).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 
 from harness.run import procs
 from harness.run.commands import (
+    child_env,
     connect_host,
     engine_command,
     exporter_command,
@@ -27,12 +33,16 @@ from harness.run.commands import (
 )
 from harness.run.config import ConfigError, RunConfig, from_args
 from harness.run.finish import finish
+from harness.run.outcome import Exit
 from harness.run.progress import JsonlTail, Progress
 from harness.run.server_facts import target_facts
 from harness.run.state import Run, RunFailed
 
 REACH_TIMEOUT_S = 4.0  # per probe of a --target; two probes keep an unreachable target under 10 s
+END_PROBE_TIMEOUT_S = 3.0  # after the load: does the target still answer?
 PROGRESS_EVERY_S = 2.0
+ABORT_SIGNAL = signal.SIGUSR1  # the Locust master's "stop at once" (harness.load.context)
+ABORT_GRACE_S = 1.5  # after a second Ctrl-C, children still running this long after are killed
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -40,7 +50,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         cfg = from_args(args)
     except ConfigError as exc:
         print(f"kvscope run: error: {exc}", file=sys.stderr)
-        return 2
+        print(
+            f"kvscope run: exit {int(Exit.CONFIG_ERROR)} (config_error): nothing was started", file=sys.stderr
+        )
+        return int(Exit.CONFIG_ERROR)
     return execute(cfg)
 
 
@@ -61,6 +74,8 @@ def execute(cfg: RunConfig) -> int:
         start_exporter(run)
         start_locust(run)
         watch(run)
+        if not run.interrupts:
+            run.target_answers = target_answers(run.target_url)
     except RunFailed as exc:
         failure = exc
         run.say(f"error: {exc}")
@@ -71,19 +86,37 @@ def execute(cfg: RunConfig) -> int:
     return finish(run, failure, master_rc)
 
 
+def reach(url: str, timeout_s: float) -> str | None:
+    """None when the server at `url` gives any HTTP answer (on /health or /v1/models: a 401
+    or 404 is an answer), else the reason it did not."""
+    reason = b""
+    for path in ("/health", "/v1/models"):
+        status, reason = procs.http_get(url + path, timeout_s)
+        if status:
+            return None
+    return reason.decode(errors="replace")
+
+
+def target_answers(url: str) -> bool:
+    """After the load: a target that no longer answers was lost during the run."""
+    return reach(url, END_PROBE_TIMEOUT_S) is None
+
+
 def start_target(run: Run) -> None:
     cfg = run.cfg
     if cfg.target:
-        for path in ("/health", "/v1/models"):
-            status, reason = procs.http_get(cfg.target + path, REACH_TIMEOUT_S)
-            if status:
-                run.target_url = cfg.target
-                return
-        raise RunFailed(f"cannot reach the target {cfg.target}: {reason.decode(errors='replace')}", code=2)
+        reason = reach(cfg.target, REACH_TIMEOUT_S)
+        if reason is None:
+            run.target_url = cfg.target
+            return
+        raise RunFailed(f"cannot reach the target {cfg.target}: {reason}", code=Exit.TARGET_UNREACHABLE)
     port = procs.free_port()
     run.say(f"starting the bundled engine ({cfg.model or 'its default model'}) on 127.0.0.1:{port}")
     child = run.children["engine"] = procs.start(
-        "engine", engine_command(cfg.model, cfg.engine_argv, port, cfg.api_key), run.paths["logs"]
+        "engine",
+        engine_command(cfg.model, cfg.engine_argv, port),
+        run.paths["logs"],
+        env=child_env(cfg.api_key),
     )
     ok, reason = procs.wait_http(
         f"http://127.0.0.1:{port}/health",
@@ -92,7 +125,7 @@ def start_target(run: Run) -> None:
         ok=lambda s: s == 200 or run.interrupts > 0,
     )
     if run.interrupts:
-        raise RunFailed("interrupted while the engine was starting", code=130)
+        raise RunFailed("interrupted while the engine was starting", code=Exit.INTERRUPTED)
     if not ok:
         raise RunFailed(
             f"the engine did not become healthy ({reason}); last lines of its log:\n{child.log_tail()}"
@@ -142,10 +175,14 @@ def start_locust(run: Run) -> None:
     argv = master_command(
         cfg, run.target_url, run.master_port, paths["records"], paths["status"], paths["csv"]
     )
-    run.children["master"] = procs.start("locust-master", argv, paths["logs"])
+    env = child_env(cfg.api_key)
+    run.children["master"] = procs.start("locust-master", argv, paths["logs"], env=env)
     for i in range(cfg.workers):
         run.children[f"worker{i}"] = procs.start(
-            f"locust-worker{i}", worker_command(cfg.workload, cfg.master_host, run.master_port), paths["logs"]
+            f"locust-worker{i}",
+            worker_command(cfg.workload, cfg.master_host, run.master_port),
+            paths["logs"],
+            env=env,
         )
     if cfg.remote_workers:
         run.say(
@@ -159,10 +196,14 @@ def start_locust(run: Run) -> None:
 
 
 def watch(run: Run) -> None:
-    """Progress until the master exits; Ctrl-C asks it to drain, a second Ctrl-C kills."""
+    """Progress until the master exits; Ctrl-C asks it to drain, a second Ctrl-C to stop at once."""
     cfg, master = run.cfg, run.children["master"]
-    progress = Progress(JsonlTail(run.paths["records"]), run.paths["status"], run.paths["exporter"])
-    hard_deadline = time.monotonic() + cfg.duration_s + cfg.drain_timeout_s + 180.0  # startup + drain + slack
+    progress = Progress(
+        JsonlTail(run.paths["records"]), run.paths["status"], run.paths["exporter"], warmup_s=cfg.warmup_s
+    )
+    hard_deadline = (
+        time.monotonic() + cfg.warmup_s + cfg.duration_s + cfg.drain_timeout_s + 180.0
+    )  # startup + drain + slack
     term_deadline: float | None = None
     exporter_deadline = time.monotonic() + 30.0
     workers_gone_at: float | None = None
@@ -186,7 +227,14 @@ def watch(run: Run) -> None:
             run.notes.append("the local workers exited but the master did not; see logs/locust-worker*.log")
             master.send_signal(signal.SIGTERM)
             term_deadline = now + 20.0
-        if run.interrupts > 1 or now > hard_deadline or (term_deadline and now > term_deadline):
+        if run.interrupts > 1 and run.aborted_at is None:
+            run.aborted_at = now
+            master.send_signal(ABORT_SIGNAL)
+        if run.aborted_at is not None and now - run.aborted_at > ABORT_GRACE_S:
+            run.notes.append(f"Locust was killed {ABORT_GRACE_S:g} s after the second Ctrl-C")
+            master.send_signal(signal.SIGKILL)
+            break
+        if now > hard_deadline or (term_deadline and now > term_deadline):
             run.notes.append("Locust was killed (did not stop in time)")
             master.send_signal(signal.SIGKILL)
             break
@@ -198,10 +246,14 @@ def watch(run: Run) -> None:
             )
         time.sleep(0.1)
     if cfg.progress:
-        print(("\r" if tty else "") + progress.line(), file=sys.stderr, flush=True)
+        final = progress.final_line()  # None: nothing new since the line last printed
+        if tty or final is not None:
+            print(("\r" if tty else "") + (final or progress.last_line), file=sys.stderr, flush=True)
 
 
 def stop_all(run: Run) -> int | None:
+    if run.aborted_at is not None:
+        return stop_at_once(run)
     master = run.children.get("master")
     master_rc = master.stop(signal.SIGTERM, timeout_s=run.cfg.drain_timeout_s + 20.0) if master else None
     for name, child in run.children.items():
@@ -217,3 +269,22 @@ def stop_all(run: Run) -> int | None:
     if engine is not None:
         engine.stop(signal.SIGTERM, timeout_s=20.0)
     return master_rc
+
+
+def stop_at_once(run: Run) -> int | None:
+    """After a second Ctrl-C: every child gets SIGTERM together (the master has already been
+    told to stop at once), and what is still running ABORT_GRACE_S after the second Ctrl-C
+    is killed; no final scrape."""
+    master = run.children.get("master")
+    for child in run.children.values():
+        if child is not master:
+            child.send_signal(signal.SIGTERM)
+    deadline = (run.aborted_at or time.monotonic()) + ABORT_GRACE_S
+    for child in run.children.values():
+        child.wait(max(0.0, deadline - time.monotonic()))
+        child.stop(signal.SIGKILL, timeout_s=1.0)
+    run.notes.append(
+        f"stopped at once after a second Ctrl-C: children gone "
+        f"{time.monotonic() - (run.aborted_at or time.monotonic()):.1f} s after it"
+    )
+    return master.returncode if master else None

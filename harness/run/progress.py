@@ -3,7 +3,8 @@
 Sources (all appended or atomically rewritten by other processes, so reading never blocks
 them): the Locust master's records (JSON lines, flushed per batch of worker records), its
 status file (users, workers), and the exporter's samples (JSON lines, one per scrape).
-Rates and latency percentiles are over the last WINDOW_S seconds of completed requests.
+Rates and latency percentiles are over the last WINDOW_S seconds of completed requests
+(warm-up requests are counted apart and enter none of them).
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class Progress:
     kv_usage: float | None = None
     preemptions_first: float | None = None
     preemptions_last: float | None = None
+    warmup_s: float = 0.0
+    warmup: int = 0  # records of requests sent during the warm-up
+    last_line: str = ""
 
     def _update_server(self) -> None:
         for path in sorted(self.exporter_dir.glob("*.jsonl")) if self.exporter_dir.is_dir() else []:
@@ -85,7 +89,9 @@ class Progress:
     def line(self, now: float | None = None) -> str:
         now = now or time.time()
         for r in self.records.new():
-            if r.get("phase", "measure") != "measure":
+            phase = r.get("phase", "measure")
+            self.warmup += phase == "warmup"
+            if phase != "measure":
                 continue
             self.ok += bool(r.get("ok"))
             self.failed += not r.get("ok")
@@ -115,9 +121,18 @@ class Progress:
             if self.preemptions_last is None
             else f"{self.preemptions_last - (self.preemptions_first or 0):.0f}"
         )
-        return (
+        warming = f" | warm-up {self.warmup}" if self.warmup_s else ""
+        self.last_line = (
             f"[{now - self.started:5.0f}s] users {status.get('user_count', '-')} | "
             f"{len(oks) / span:5.1f} req/s | {sum(w[2] for w in oks) / span:7.1f} tok/s | "
             f"TTFT p50 {ms(_pct(ttfts, 0.5), unit='ms')} p99 {ms(_pct(ttfts, 0.99), unit='ms')}"
-            f" | KV {kv} | preempted {pre} | ok {self.ok} failed {self.failed}"
+            f" | KV {kv} | preempted {pre} | ok {self.ok} failed {self.failed}{warming}"
         )
+        return self.last_line
+
+    def final_line(self, now: float | None = None) -> str | None:
+        """The line once more at the end, or None when no record came in since it was last
+        made (printing it again would only repeat it)."""
+        made, before = bool(self.last_line), (self.ok, self.failed, self.warmup)
+        line = self.line(now)
+        return None if made and (self.ok, self.failed, self.warmup) == before else line

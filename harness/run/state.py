@@ -36,6 +36,8 @@ class Run:
     models: list[dict] = field(default_factory=list)
     stated: DeploymentFacts | None = None  # what a --target stated at the start (server_facts)
     started_unix: float = field(default_factory=time.time)
+    target_answers: bool = True  # False: the target no longer answered after the load
+    aborted_at: float | None = None  # monotonic time of the second Ctrl-C (stop at once)
 
     @property
     def paths(self) -> dict[str, Path]:
@@ -57,5 +59,5 @@ class Run:
         self.say(
             "interrupted: stopping the load test and writing the bundle (Ctrl-C again to stop at once)"
             if self.interrupts == 1
-            else "stopping at once"
+            else "stopping at once: in-flight requests are recorded as aborted"
         )

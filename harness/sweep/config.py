@@ -13,6 +13,7 @@ from harness.analysis.knee import DEFAULT_ATTAINMENT
 from harness.analysis.slo import parse_slos
 from harness.run.config import (
     ConfigError,
+    api_key,
     bundled_engine_argv,
     default_out,
     duration,
@@ -38,10 +39,12 @@ class SweepConfig:
     run_args: list[str] = field(default_factory=list)  # passed to every `kvscope run` verbatim
     engine_args: list[str] = field(default_factory=list)  # passed to `kvscope engine serve`
     startup_timeout_s: float = STARTUP_TIMEOUT_S
+    api_key: str = field(default="", repr=False)  # reaches the points through their environment
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["out"] = str(self.out)
+        d["api_key"] = "<redacted>" if self.api_key else ""
         return d
 
 
@@ -77,4 +80,5 @@ def from_args(args: argparse.Namespace) -> SweepConfig:
         run_args(args),
         engine,
         args.startup_timeout,
+        api_key(args),
     )

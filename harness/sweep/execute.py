@@ -24,7 +24,8 @@ from typing import Any
 from harness.analysis.summary import write_summary
 from harness.bundle.schema import REQUESTS
 from harness.run import procs
-from harness.run.commands import LOOPBACK, engine_command, kvscope_command
+from harness.run.commands import LOOPBACK, child_env, engine_command, kvscope_command
+from harness.run.outcome import MEASURED
 from harness.sweep.config import SweepConfig
 from harness.sweep.table import load_label, point_row, write_results
 
@@ -35,7 +36,7 @@ def start_engine(cfg: SweepConfig) -> tuple[procs.Child, str]:
     """The bundled engine on a free port; returns (child, base URL) once /health answers."""
     port = procs.free_port()
     argv = engine_command(cfg.model or DEFAULT_MODEL, cfg.engine_args, port)
-    child = procs.start("engine", argv, cfg.out / "logs")
+    child = procs.start("engine", argv, cfg.out / "logs", env=child_env(cfg.api_key))
     url = f"http://{LOOPBACK}:{port}"
     ok, reason = procs.wait_http(url + "/health", cfg.startup_timeout_s, child)
     if not ok:
@@ -68,7 +69,7 @@ def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
     if cfg.target and cfg.model:
         argv += ["--model", cfg.model]
     with open(cfg.out / "logs" / f"point-{index:02d}.log", "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=child_env(cfg.api_key))
         try:
             rc = proc.wait()
         except KeyboardInterrupt:
@@ -76,7 +77,9 @@ def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
             # it now (as subprocess.call would) would orphan its engine and Locust processes.
             proc.wait()
             raise
-    if rc not in (0, 1) or not (out / REQUESTS).exists():
+    # A point that measured (errors and an unreliable client included: those are results)
+    # counts; one whose target was lost, that failed or was interrupted stops the sweep.
+    if rc not in MEASURED or not (out / REQUESTS).exists():
         raise RuntimeError(
             f"`kvscope run` for point {index} ({load_label(cfg.mode, load)}) exited {rc}; "
             f"see {cfg.out / 'logs' / f'point-{index:02d}.log'}"

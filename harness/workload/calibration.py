@@ -10,7 +10,10 @@ prompt); `per_word` is ~1 for real tokenizers and ~5.5 for a byte tokenizer.
 The probes are ordinary recorded requests (phase "calibration"), so Locust's count, the
 record count and the server's request counter still agree. The fit is exact arithmetic on
 integers the server returns for fixed texts, so every worker derives the same calibration
-and therefore builds byte-identical shared prefixes.
+and therefore builds byte-identical shared prefixes. The probe texts are the same in every
+run, unlike the workload's (drawn from the run's seed): a rerun may find them cached, which
+changes nothing they measure (`usage.prompt_tokens` counts cached tokens too), and their
+length stays known, so a small KV pool that admits them once always does.
 """
 
 from __future__ import annotations

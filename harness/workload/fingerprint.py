@@ -27,6 +27,7 @@ import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 BOUNDARY_MODULUS = 8  # ~8 words (~50 characters of English) per chunk on average
@@ -58,16 +59,21 @@ def _chunk_hash(text: str, salt: bytes) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
+@lru_cache(maxsize=1 << 16)
+def _ends_chunk(word: str) -> bool:
+    """Does a chunk end after this word (with its trailing whitespace)? Memoised: prompts
+    repeat their words, and this runs on the load generator for every request."""
+    stripped = word.rstrip()
+    return bool(stripped) and zlib.crc32(stripped.encode("utf-8", "surrogatepass")) % BOUNDARY_MODULUS == 0
+
+
 def chunks(text: str) -> list[str]:
     """The content-defined chunks of `text`, in order; "".join(chunks(t)) == t."""
     out: list[str] = []
     current: list[str] = []
-    for match in _WORD.finditer(text):
-        word = match.group(0)
+    for word in _WORD.findall(text):
         current.append(word)
-        stripped = word.rstrip()
-        boundary = stripped and zlib.crc32(stripped.encode("utf-8", "surrogatepass")) % BOUNDARY_MODULUS == 0
-        if boundary or len(current) >= MAX_CHUNK_WORDS:
+        if _ends_chunk(word) or len(current) >= MAX_CHUNK_WORDS:
             out.append("".join(current))
             current = []
             if len(out) >= MAX_CHUNKS:

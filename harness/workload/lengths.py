@@ -11,6 +11,11 @@ the server counted, so the achieved distribution is always visible.
 
 A ShareGPT-format JSON file (`--dataset`) replaces the synthetic draw: each conversation's
 first human turn and first reply give the lengths, estimated as words * 1.3 tokens.
+
+Fixed-length workloads draw each request's lengths around their mean (`spread`): with
+every request the same length, closed-loop users that start together finish together and
+send again together, and the load arrives in waves (vLLM's benchmark calls the same knob
+--random-range-ratio).
 """
 
 from __future__ import annotations
@@ -49,6 +54,14 @@ def sharegpt_like(rng: random.Random, max_total: int = MAX_TOTAL) -> LengthPair:
         if p >= MIN_LEN and o >= MIN_LEN and p <= MAX_PROMPT and p + o <= cap_total:
             return LengthPair(p, o)
     return LengthPair(MIN_LEN, MIN_LEN)
+
+
+def spread(rng: random.Random, mean: int, relative: float) -> int:
+    """A length drawn uniformly within +-`relative` of `mean` (at least 1); `mean` itself
+    when `relative` is 0. The mean of the draws is `mean` (up to rounding)."""
+    if relative <= 0:
+        return mean
+    return max(1, round(rng.uniform(mean * (1 - relative), mean * (1 + relative))))
 
 
 def load_sharegpt(path: str | Path, limit: int = 100_000) -> list[LengthPair]:

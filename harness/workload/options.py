@@ -24,8 +24,10 @@ from harness.workload.record import Endpoint
 LOADTESTS = Path(__file__).resolve().parents[2] / "loadtests"
 REQUEST_TIMEOUT_S = 300.0  # without a byte from the server, a request has timed out
 DRAIN_TIMEOUT_S = 30.0  # at the end, how long in-flight requests may finish
-# Options `kvscope run` sets itself: its own --model and --rate, and where the master writes.
-SET_BY_RUN = frozenset({"records_out", "status_out", "model", "rate"})
+API_KEY_ENV = "KVSCOPE_API_KEY"  # the bearer token, as the bundled engine also reads it
+LENGTH_SPREAD = 0.25  # default relative spread of drawn lengths (see `lengths.spread`)
+# Options `kvscope run` sets itself: its own --model, --rate and --warmup, and where the master writes.
+SET_BY_RUN = frozenset({"records_out", "status_out", "model", "rate", "warmup_s"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +51,27 @@ class WorkloadSpec:
     options: tuple[Option, ...] = ()
     defaults: dict[str, Any] = field(default_factory=dict)  # overrides of COMMON defaults (by dest)
     shaped: bool = False  # drives its own user count (LoadTestShape): --users is ignored
+    shares: bool = False  # requests are meant to share prompt prefixes (cache hits are expected)
 
     @property
     def locustfile(self) -> Path:
         return LOADTESTS / f"{self.name}.py"
 
 
-def _lengths(prompt: int, output: int) -> tuple[Option, Option]:
+SPREAD = Option(
+    "--length-spread",
+    float,
+    LENGTH_SPREAD,
+    "relative spread of each request's lengths: drawn uniformly within +-SPREAD of the mean "
+    "(0: every request the same length, which makes closed-loop users move in lock-step)",
+)
+
+
+def _lengths(prompt: int, output: int) -> tuple[Option, Option, Option]:
     return (
-        Option("--prompt-tokens", int, prompt, "prompt length in tokens, as the server counts them"),
-        Option("--output-tokens", int, output, "tokens to generate per request (max_tokens)"),
+        Option("--prompt-tokens", int, prompt, "mean prompt length in tokens, as the server counts them"),
+        Option("--output-tokens", int, output, "mean tokens to generate per request (max_tokens)"),
+        SPREAD,
     )
 
 
@@ -71,7 +84,14 @@ COMMON: tuple[Option, ...] = (
         get_args(Endpoint),
     ),
     Option("--model", str, "", "model name to send (default: the first one /v1/models lists)"),
-    Option("--api-key", str, "", "bearer token for the server's /v1 API", secret=True),
+    Option(
+        "--api-key",
+        str,
+        "",
+        f"bearer token for the server's /v1 API (default: ${API_KEY_ENV}; the environment keeps it "
+        "off command lines, where `ps` shows it)",
+        secret=True,
+    ),
     Option("--temperature", float, 0.0, "sampling temperature"),
     Option(
         "--no-ignore-eos",
@@ -79,7 +99,13 @@ COMMON: tuple[Option, ...] = (
         False,
         "let the model stop at EOS (default: ask for ignore_eos so output lengths are as targeted)",
     ),
-    Option("--seed", int, 0, "seed for prompt text and lengths (same seed, same workload)"),
+    Option(
+        "--seed",
+        int,
+        0,
+        "seed for prompt text, lengths and arrivals (same seed, same workload); `kvscope run` draws "
+        "a new one per run unless given, and records it in run.json",
+    ),
     Option(
         "--rate",
         float,
@@ -106,6 +132,13 @@ COMMON: tuple[Option, ...] = (
         None,
         False,
         "skip the two probe requests that measure tokens per word (then 1 word = 1 token)",
+    ),
+    Option(
+        "--warmup-s",
+        float,
+        0.0,
+        "requests sent in the first SECONDS of load are recorded as phase 'warmup' and kept out of "
+        "every statistic",
     ),
     Option("--records-out", str, "", "master: append every request record to this JSON-lines file"),
     Option(
@@ -137,9 +170,11 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             (
                 Option("--num-prefixes", int, 4, "number of distinct shared system prompts (K)"),
                 Option("--prefix-tokens", int, 256, "tokens per shared system prompt (P)"),
-                Option("--suffix-tokens", int, 32, "tokens of the varying user turn"),
-                Option("--output-tokens", int, 64, "tokens to generate per request"),
+                Option("--suffix-tokens", int, 32, "mean tokens of the varying user turn"),
+                Option("--output-tokens", int, 64, "mean tokens to generate per request"),
+                SPREAD,
             ),
+            shares=True,
         ),
         WorkloadSpec(
             "long_context", "long prompts, short answers: prefill- and KV-capacity-bound", _lengths(3000, 64)
@@ -151,6 +186,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
                 Option("--n", int, 4, "completions per request (OpenAI `n`)"),
                 *_lengths(256, 128),
             ),
+            shares=True,
         ),
         WorkloadSpec(
             "bursty",
@@ -173,19 +209,21 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         ),
         WorkloadSpec(
             "replay",
-            "replay a JSON-lines trace of arrival times and prompt/output lengths",
+            "replay a trace of arrival times and prompt/output lengths (JSON lines, Mooncake, Azure CSV)",
             (
                 Option(
                     "--trace",
                     str,
                     "",
-                    "JSON-lines trace (arrival_s|timestamp ms, prompt_tokens|input_length, "
-                    "output_tokens|output_length, optional hash_ids)",
+                    "trace file: JSON lines (arrival_s|timestamp ms, prompt_tokens|input_length, "
+                    "output_tokens|output_length, optional Mooncake hash_ids of shared 512-token blocks) "
+                    "or the Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)",
                 ),
                 Option(
                     "--time-scale", float, 1.0, "multiply trace times by this (0.5 replays twice as fast)"
                 ),
             ),
+            shares=True,
         ),
     )
 }

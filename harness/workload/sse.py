@@ -7,20 +7,24 @@ each SSE line as soon as it is on the socket. SSE lines end in `\\n` (geventhttp
 default separator is `\\r\\n`, which would never match).
 
 Each line is stamped right after it is read, before JSON decoding, so parsing cost does not
-leak into the latency figures. Pure: no Locust import, works on any `readline(sep)` callable.
+leak into the latency figures. Decoding is msgspec's (about four times json's speed on a
+chunk): it is the load generator's hottest line, once per streamed token. Pure: no Locust
+import, works on any `readline(sep)` callable.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import msgspec
 
 from harness.workload.llamacpp_timings import SOURCE, as_server_timing
 from harness.workload.record import RequestRecord
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
+_decode = msgspec.json.Decoder().decode  # raises msgspec.DecodeError, a ValueError
 
 
 @dataclass(slots=True)
@@ -99,7 +103,7 @@ def consume(
             state.done = True
             break
         try:
-            chunk = json.loads(payload)
+            chunk = _decode(payload)
         except ValueError:
             state.error = f"malformed SSE data: {payload[:80]!r}"
             break

@@ -1,12 +1,17 @@
-"""Request traces for the replay workload: JSON lines of arrival times and lengths.
+"""Request traces for the replay workload: arrival times and lengths, in the formats traces
+come in. A file whose first data line starts with `{` is JSON lines; anything else is a CSV
+with a header, read as the Azure LLM inference trace (`azure_trace`).
 
-One object a line. Recognised keys (the first present wins):
+JSON lines (kvscope's own, and Mooncake's, which AIPerf and vLLM's benchmark also read): one
+object a line. Recognised keys (the first present wins):
 - arrival: `arrival_s` (seconds from trace start) or `timestamp` (milliseconds, as in
   Mooncake's traces); traces are re-based so the first arrival is at 0.
 - prompt length: `prompt_tokens` or `input_length`; output length: `output_tokens` or
   `output_length`.
-- optional `hash_ids` (Mooncake): ids of the prompt's blocks; requests that share a leading
-  hash id share that block of prompt text, so the trace's prefix reuse is reproduced.
+- optional `hash_ids` (Mooncake): ids of the prompt's blocks of MOONCAKE_BLOCK_TOKENS
+  tokens, chained (equal ids at a position mean equal prompts up to there); the replay
+  workload turns each id into the same block of text in every request that names it, so
+  the trace's prefix reuse reaches the server's cache as it was recorded.
 Lines that are blank or start with `#` are skipped; a malformed line is an error that names
 its line number (a silently shortened trace would misstate the offered load).
 """
@@ -14,18 +19,12 @@ its line number (a silently shortened trace would misstate the offered load).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
-MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id in Mooncake's published traces
+from harness.workload.azure_trace import azure_csv
+from harness.workload.trace_entry import MOONCAKE_BLOCK_TOKENS, TraceEntry
 
-
-@dataclass(frozen=True, slots=True)
-class TraceEntry:
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int
-    hash_ids: tuple[int, ...] = ()
+__all__ = ["MOONCAKE_BLOCK_TOKENS", "TraceEntry", "load_trace", "parse_line", "trace_offsets"]
 
 
 def _first(obj: dict, *keys: str):
@@ -48,20 +47,31 @@ def parse_line(obj: dict) -> TraceEntry:
     return TraceEntry(float(arrival), max(1, int(prompt)), max(1, int(output)), hash_ids)
 
 
-def load_trace(path: str | Path) -> list[TraceEntry]:
+def _json_lines(path: str | Path, lines: list[str]) -> list[TraceEntry]:
     entries: list[TraceEntry] = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError("not a JSON object")
-                entries.append(parse_line(obj))
-            except (ValueError, TypeError) as exc:
-                raise ValueError(f"{path}:{number}: {exc}") from None
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+            entries.append(parse_line(obj))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: {exc}") from None
+    return entries
+
+
+def load_trace(path: str | Path) -> list[TraceEntry]:
+    """The trace in `path`, sorted by arrival and re-based to start at 0; ValueError naming
+    the file (and line) when it cannot be read as a trace."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the trace ({exc})") from None
+    first = next((line.strip() for line in lines if line.strip() and not line.startswith("#")), "")
+    entries = _json_lines(path, lines) if first.startswith("{") or not first else azure_csv(path, lines)
     if not entries:
         raise ValueError(f"{path}: the trace is empty")
     entries.sort(key=lambda e: e.arrival_s)

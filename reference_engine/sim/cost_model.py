@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from reference_engine.catalogue import (
     SERVING_OVERHEAD_BYTES,
@@ -25,6 +26,14 @@ from reference_engine.catalogue import (
 from reference_engine.config import ConfigError
 
 GiB = 1 << 30
+
+
+class StepTimeModel(Protocol):
+    """What the simulator's executor needs of a cost model: seconds for one step of
+    (new tokens, context length after the step) per sequence. `CostModel` is one; a model
+    fitted to a real run's step times (the advisor's calibration) is another."""
+
+    def step_time(self, batch: Sequence[tuple[int, int]]) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from reference_engine.catalogue import CatalogueError, get_gpu, get_model
 from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.engine import LLMEngine
-from reference_engine.sim.cost_model import CostModel, simulated_num_blocks
+from reference_engine.sim.cost_model import CostModel, StepTimeModel, simulated_num_blocks
 from reference_engine.sim.executor import SimExecutor
 from reference_engine.sim.spec import SimSpec
 
@@ -76,9 +76,11 @@ def build_sim_engine(
     tokenizer=None,
     vocab: Sequence[int] | None = None,
     sleep: bool = True,
+    step_cost: StepTimeModel | None = None,
 ) -> SimEngine:
     """Raises ConfigError for an unknown model or GPU, a model that does not fit, or a
-    max_model_len that one request cannot hold."""
+    max_model_len that one request cannot hold. `step_cost` times the steps instead of the
+    catalogue's cost model (which still sizes the pool): a calibration hook."""
     config.validate()
     try:
         model, gpu = get_model(spec.model), get_gpu(spec.gpu)
@@ -109,7 +111,7 @@ def build_sim_engine(
     if num_blocks < 2:
         raise ConfigError(f"{model.name} on {gpu.name} leaves {num_blocks} KV blocks; at least 2 are needed")
     tokenizer = tokenizer or load_sim_tokenizer()
-    executor = SimExecutor(cost, vocab or word_vocabulary(tokenizer), sleep=sleep)
+    executor = SimExecutor(step_cost or cost, vocab or word_vocabulary(tokenizer), sleep=sleep)
     eos = tuple(tokenizer.eos_token_ids)
     engine = LLMEngine(
         executor=executor,

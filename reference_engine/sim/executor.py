@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from reference_engine.engine import StepResult, TokenLogprob
 from reference_engine.request import Request
 from reference_engine.scheduler_output import SchedulerOutput
-from reference_engine.sim.cost_model import CostModel
+from reference_engine.sim.cost_model import StepTimeModel
 
 _MASK64 = (1 << 64) - 1
 
@@ -61,7 +61,7 @@ class SimExecutor:
 
     def __init__(
         self,
-        cost: CostModel,
+        cost: StepTimeModel,
         vocab: Sequence[int],
         *,
         sleep: bool = True,

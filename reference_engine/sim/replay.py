@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from reference_engine.config import EngineConfig
 from reference_engine.sampling_params import InvalidRequestError, SamplingParams
+from reference_engine.sim.cost_model import StepTimeModel
 from reference_engine.sim.engine import SimSpec, build_sim_engine
 
 SHARE_EVERY = 8
@@ -106,10 +107,18 @@ def _prompt_ids(req: TraceRequest, index: int, rng: random.Random) -> list[int]:
 
 
 def replay_trace(
-    trace: list[TraceRequest], spec: SimSpec, config: EngineConfig, seed: int = 0
+    trace: list[TraceRequest],
+    spec: SimSpec,
+    config: EngineConfig,
+    seed: int = 0,
+    step_cost: StepTimeModel | None = None,
 ) -> ReplayResult:
+    """`step_cost` replaces the catalogue's cost model for the step times (see
+    `build_sim_engine`)."""
     clock = VirtualClock()
-    sim = build_sim_engine(spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000))
+    sim = build_sim_engine(
+        spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000), step_cost=step_cost
+    )
     # Virtual time: the executor "sleeps" the modelled step by advancing the clock.
     sim.executor.clock = sim.engine.clock = clock.now
     sim.executor.sleeper = clock.advance

@@ -3,9 +3,10 @@ not show on demand: errors (500, 429), no usage, a broken stream, exact chunk ti
 
 Run as a subprocess: `python tests/support/standin.py PORT MODE [TOKEN_GAP_S]`. Modes:
 ok (streams with usage and a kvscope timing object), no_usage, status_500, status_429,
-mixed (every 3rd request 500, every 3rd+1 429, the rest ok), broken (drops the connection
-mid-stream). It counts finished requests in /metrics as vllm:request_success_total so the
-agreement checks work the same way as against the engine.
+mixed (every 3rd request 500, every 3rd+1 429, the rest ok), half_500 (every other request
+500), broken (drops the connection mid-stream). It counts finished requests in /metrics as
+vllm:request_success_total so the agreement checks work the same way as against the engine,
+and every request it received as standin_requests_received_total.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def make_app(mode: str, gap_s: float) -> web.Application:
                 "# TYPE vllm:request_success_total counter\n"
                 f'vllm:request_success_total{{model_name="{MODEL}",finished_reason="length"}} '
                 f"{counts['ok']}\n"
+                "# TYPE standin_requests_received counter\n"
+                f"standin_requests_received_total {counts['n']}\n"
             )
         )
 
@@ -53,11 +56,11 @@ def make_app(mode: str, gap_s: float) -> web.Application:
         chat = request.path.endswith("chat/completions")
         counts["n"] += 1
         k = counts["n"]
-        kind = (
-            mode
-            if mode != "mixed"
-            else ("status_500" if k % 3 == 0 else "status_429" if k % 3 == 1 else "ok")
-        )
+        kind = mode
+        if mode == "mixed":
+            kind = "status_500" if k % 3 == 0 else "status_429" if k % 3 == 1 else "ok"
+        elif mode == "half_500":
+            kind = "status_500" if k % 2 == 0 else "ok"
         if kind == "status_500":
             return web.json_response({"error": {"message": "boom", "type": "server_error"}}, status=500)
         if kind == "status_429":

@@ -1,6 +1,7 @@
 """The advisor on a real `kvscope run` bundle: the bundled engine (tiny-random on CPU) with
 a 40-block pool under a closed-loop load that preempts, then `kvscope advise` on the bundle.
-The replay keeps the engine's own pool and says its time axis is modelled."""
+The replay keeps the engine's own pool, times its steps with a fit to the run's own server
+timings, and holds its baseline against the run before it verifies anything."""
 
 from __future__ import annotations
 
@@ -57,15 +58,21 @@ def test_a_preempting_real_run_is_told_to_quantize_or_add_memory_verified_by_rep
     assert advice["diagnosis"]["kv_pressure"], advice["diagnosis"]
     verdicts = {v["action"]: v for v in advice["verdicts"]}
     assert {"quantize_kv_cache", "add_memory"} <= set(verdicts)
+    fidelity = advice["fidelity"]
+    run_preemptions = advice["diagnosis"]["preemptions"]
+    assert fidelity["measured"]["preemptions"] == run_preemptions and fidelity["tolerance"] == 0.25
     for v in verdicts.values():
         r = v["replay"]
-        assert v["verified"] and r["changed"]["preemptions"] < r["baseline"]["preemptions"], v
+        assert r["changed"]["preemptions"] < r["baseline"]["preemptions"], v
+        assert r["baseline_fidelity"] == fidelity
+        # Verified only over a baseline that reproduces the run; else indicative, and why.
+        assert (
+            v["status"] == ("verified" if fidelity["within"] else "indicative")
+            and v["verified"] == (fidelity["within"])
+        ), v
+        if not fidelity["within"]:
+            assert v["status_reason"].startswith("the unchanged configuration's replay is off")
     # The replay of the run as it was reproduces its preemptions (same pool, same scheduler).
-    run_preemptions = advice["diagnosis"]["preemptions"]
-    assert (
-        0.5 * run_preemptions
-        <= verdicts["add_memory"]["replay"]["baseline"]["preemptions"]
-        <= 2 * run_preemptions
-    )
-    assert advice["time_axis"].startswith("modelled: the run's 40-block pool")
+    assert 0.5 * run_preemptions <= fidelity["replayed_preemptions"] <= 2 * run_preemptions
+    assert advice["time_axis"].startswith("the run's own seconds: 40-block pool, step times fitted")
     assert (preempting_run / "advice.json").exists()

@@ -31,7 +31,12 @@ def test_summary_equals_figures_recomputed_from_the_parquet(tmp_path):
     ok = r[r["ok"]]
     _check(s["latency"]["ttft"], ok["ttft_s"])
     _check(s["latency"]["e2e"], ok["e2e_s"])
-    _check(s["latency"]["itl"], np.concatenate([np.asarray(x, float) for x in ok["itl_s"]]))
+    # ITL: each request's mean gap between tokens (AIPerf's and GuideLLM's definition) ...
+    per_request = [np.sum(x) / (t - 1) for x, t in zip(ok["itl_s"], ok["output_tokens"]) if t > 1]
+    _check(s["latency"]["itl"], per_request)
+    assert s["headline"]["itl_mean_s"] == pytest.approx(np.mean(per_request), rel=1e-12)
+    # ... and every gap of every request pooled, the second, labelled figure.
+    _check(s["latency"]["itl_pooled"], np.concatenate([np.asarray(x, float) for x in ok["itl_s"]]))
     tpot = (ok["e2e_s"] - ok["ttft_s"]) / (ok["output_tokens"] - 1)
     _check(s["latency"]["tpot"], tpot)
     _check(s["lengths"]["prompt_tokens"], ok["prompt_tokens"])

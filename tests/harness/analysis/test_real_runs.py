@@ -1,6 +1,8 @@
 """Analysis on real bundles from `kvscope run` against the bundled engine: the summary equals
-figures recomputed by hand; a tiny KV pool shows TTFT p99 rising once preemptions begin and
-the report says so; an overloaded client is marked unreliable and a normal run is not."""
+figures recomputed by hand (the headline ITL is the mean of the per-request means); a tiny KV
+pool shows TTFT p99 rising once preemptions begin and the report says so; an overloaded
+client is marked unreliable, on the console next to the headline and, with
+--fail-on-unreliable, in the exit status, and a normal run is not."""
 
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ pytestmark = pytest.mark.slow
 SIM = ("--simulate", "--sim-model", "llama-3.1-8b", "--sim-gpu", "h100-80gb", "--max-num-seqs", "1024")
 
 
-def _run(out, url, *args, timeout_s=300.0):
+def _run(out, url, *args, timeout_s=300.0, rc_expected=0):
     rc, log, seconds = kvscope(
         "run", "--quiet", "--target", url, "--out", str(out), *args, timeout_s=timeout_s
     )
-    assert rc == 0 and (out / "requests.parquet").exists(), log
+    assert rc == rc_expected and (out / "requests.parquet").exists(), log
+    (out / "console.log").write_text(log)
     print(f"{out.name}: kvscope run took {seconds:.0f} s")
     return out
 
@@ -43,6 +46,7 @@ def normal_run(sim_url, tmp_path_factory):
         "8",
         "--duration",
         "15s",
+        "--fail-on-unreliable",
     )
 
 
@@ -65,6 +69,9 @@ def overloaded_run(sim_url, tmp_path_factory):
         "12s",
         "--drain-timeout",
         "20",
+        "--fail-on-unreliable",
+        "--no-advise",
+        rc_expected=5,
     )
 
 
@@ -107,11 +114,22 @@ def test_summary_of_a_real_run_equals_figures_recomputed_by_hand(normal_run):
     s = write_summary(normal_run, "ttft=200ms,tpot=20ms")
     ok = _measured_ok(normal_run)
     assert len(ok) >= 20
-    itl = np.concatenate([np.asarray(x, float) for x in ok["itl_s"] if len(x)])
+    pooled = np.concatenate([np.asarray(x, float) for x in ok["itl_s"] if len(x)])
+    # Each request's mean inter-token latency: its gaps' sum over its tokens after the first.
+    per_request = np.array(
+        [np.sum(x) / (t - n) for x, t, n in zip(ok["itl_s"], ok["output_tokens"], ok["n"])]
+    )
     tpot = ((ok["e2e_s"] - ok["ttft_s"]) / (ok["output_tokens"] / ok["n"] - 1)).where(
         ok["output_tokens"] / ok["n"] > 1
     )
-    for key, values in (("ttft", ok["ttft_s"]), ("e2e", ok["e2e_s"]), ("itl", itl), ("tpot", tpot.dropna())):
+    assert s["headline"]["itl_mean_s"] == pytest.approx(per_request.mean())  # the mean of per-request means
+    for key, values in (
+        ("ttft", ok["ttft_s"]),
+        ("e2e", ok["e2e_s"]),
+        ("itl", per_request),
+        ("itl_pooled", pooled),
+        ("tpot", tpot.dropna()),
+    ):
         v = np.asarray(values, float)
         got = s["latency"][key]
         assert got["count"] == v.size
@@ -131,12 +149,19 @@ def test_a_normal_run_is_reliable(normal_run):
     s = summarize(normal_run)
     assert s["reliable"], s["selfcheck"]
     assert s["selfcheck"]["method"] == "per_request" and s["selfcheck"]["lag_p50_s"] < 0.05
+    log = (normal_run / "console.log").read_text()
+    assert "self-check: reliable" in log and "exit 0 (completed)" in log.strip().splitlines()[-1]
 
 
 def test_an_overloaded_client_is_marked_unreliable(overloaded_run):
     s = summarize(overloaded_run)
     assert not s["reliable"], s["selfcheck"]
     assert any("late" in r or "moved the" in r or "CPU" in r for r in s["selfcheck"]["reasons"])
+    # On the console right under the headline, and as the exit status (--fail-on-unreliable).
+    lines = (overloaded_run / "console.log").read_text().strip().splitlines()
+    headline = next(i for i, line in enumerate(lines) if line.startswith("TTFT p50"))
+    assert lines[headline + 1].startswith("self-check: UNRELIABLE: ")
+    assert lines[-1].startswith("kvscope run: exit 5 (unreliable): unreliable: ")
     write_report(overloaded_run)
     assert "UNRELIABLE: the client distorted these numbers." in (overloaded_run / "report.md").read_text()
 

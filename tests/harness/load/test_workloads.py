@@ -80,6 +80,8 @@ def test_parallel_sampling_and_completions_endpoint(url, tmp_path):
         "4",
         "--prompt-tokens",
         "40",
+        "--length-spread",
+        "0",
         "--endpoint",
         "completions",
     )
@@ -111,6 +113,52 @@ def test_replay_follows_the_trace(url, tmp_path):
     assert all(0 <= r["schedule_lag_s"] < 0.5 for r in m)
     assert sorted(r["prefix_id"] for r in m if r["prefix_id"] is not None) == [7] * 4
     assert sorted({r["prompt_tokens"] for r in m}) == [30, 600]
+
+
+def test_a_mooncake_trace_becomes_prompts_that_share_its_blocks(url, tmp_path):
+    """Requests whose hash ids start alike share that much prompt text (their first prompt
+    fingerprint chunks are equal); requests with other first ids share none."""
+    trace = ROOT / "tests" / "fixtures" / "traces" / "mooncake_sample.jsonl"
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    m = locust(url, tmp_path, "replay", "-u", "4", "-r", "4", "--trace", str(trace), "--time-scale", "0.2")
+    assert len(m) == len(rows)
+    by_time = sorted(m, key=lambda r: r["scheduled_time_unix"])
+    first = {}
+    for row, rec in zip(rows, by_time):
+        assert rec["target_prompt_tokens"] == row["input_length"] == rec["prompt_tokens"]  # calibrated
+        first.setdefault(row["hash_ids"][0], set()).add(rec["prompt_chunk_hashes"][0])
+    assert all(len(chunks) == 1 for chunks in first.values())  # one text per leading block
+    assert len(set().union(*first.values())) == len(first)  # and different blocks differ
+    turns = [rec for row, rec in zip(rows, by_time) if row["hash_ids"][0] == 1]
+    shared = [
+        sum(a == b for a, b in zip(x["prompt_chunk_hashes"], turns[0]["prompt_chunk_hashes"])) for x in turns
+    ]
+    assert all(s >= 0.8 * len(turns[0]["prompt_chunk_hashes"]) for s in shared), shared
+
+
+def test_warmup_requests_are_marked_by_their_send_time(url, tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "locust", "-f", str(ROOT / "loadtests" / "long_context.py"), "--headless",
+            "--host", url, "-u", "3", "-r", "3", "-t", "4s", "--records-out", str(tmp_path / "r.jsonl"),
+            "--warmup-s", "2", "--prompt-tokens", "20", "--output-tokens", "4", "--no-calibrate",
+        ],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    warm = [r["send_time_unix"] for r in records if r["phase"] == "warmup"]
+    measured = [r["send_time_unix"] for r in records if r["phase"] == "measure"]
+    assert len(warm) > 5 and len(measured) > 5 and max(warm) < min(measured)
+
+
+def test_lengths_spread_around_their_means(url, tmp_path):
+    m = locust(
+        url, tmp_path, "long_context", "-u", "2", "-r", "2", "--prompt-tokens", "100", "--output-tokens", "8"
+    )
+    prompts = [r["target_prompt_tokens"] for r in m]
+    outputs = {r["output_tokens"] for r in m}
+    assert all(75 <= p <= 125 for p in prompts) and len(set(prompts)) > 5 and outputs <= set(range(6, 11))
 
 
 def test_bursty_shape_ends_itself_and_rate_is_open_loop(url, tmp_path):

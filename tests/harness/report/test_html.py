@@ -157,3 +157,23 @@ def test_a_bundle_with_no_server_samples_or_no_requests_still_reports(tmp_path):
     e = make_bundle(tmp_path / "e", Spec(n_requests=0))
     html = write_report(e).read_text()
     assert "UNRELIABLE" in html and "no request succeeded" in html and 'alt="latency CDFs"' not in html
+
+
+def test_an_evidence_table_stays_inside_its_numbered_item():
+    from harness.advisor.evidence_table import evidence_rows, markdown_table
+    from harness.report.html import markdown_to_html
+
+    rows = evidence_rows({"preemptions": 15, "saturated_share": 0.42, "pool_blocks": 40, "x_<b>": 1.5})
+    assert rows == [
+        ("preemptions in the run", "15"),
+        ("time with the KV cache saturated", "42%"),
+        ("KV pool", "40 blocks"),
+        ("x <b>", "1.5"),
+    ]
+    md = "\n".join(
+        ["1. **First**", "   - Evidence:", "     ", *markdown_table(rows, "     "), "     ", "2. **Second**"]
+    )
+    html = markdown_to_html(md)
+    assert html.count("<ol>") == 1 and html.count("<table>") == 1  # one list: numbering goes on
+    assert html.index("<table>") < html.index("Second") and "<td>42%</td>" in html
+    assert "x &lt;b&gt;" in html and "<b>" not in html.replace("<b>First</b>", "")

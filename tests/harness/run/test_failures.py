@@ -1,5 +1,6 @@
-"""`kvscope run` when things go wrong: an unreachable target fails fast with a clear message;
-a server answering 500s and 429s yields error counts by class and a bundle, not a crash."""
+"""`kvscope run` when things go wrong: an unreachable target fails fast with a clear message
+(exit 4); a server answering 500s and 429s yields error counts by class and a bundle, not a
+crash, and exits 3 (errors above --max-error-rate)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 def test_unreachable_target_fails_fast(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     rc, log, seconds = kvscope_run("--target", url, "--workload", "chat", "--out", str(tmp_path / "b"))
-    assert rc == 2 and seconds <= 10, (rc, seconds, log)
+    assert rc == 4 and seconds <= 10, (rc, seconds, log)
     assert f"cannot reach the target {url}" in log
+    assert log.strip().splitlines()[-1].startswith("kvscope run: exit 4 (target_unreachable)")
 
 
 def test_error_responses_are_counted_by_class(tmp_path):
@@ -36,8 +38,9 @@ def test_error_responses_are_counted_by_class(tmp_path):
             "--out",
             str(tmp_path / "b"),
         )
-    assert rc == 0, log  # some requests succeeded: errors are data, not a failed run
+    assert rc == 3, log  # 2 in 3 failed: a bundle with the errors as data, and a non-zero exit
     r = load(tmp_path / "b")
+    assert r.run["status"] == "errors" and r.summary["run"]["status"] == "errors"
     errors = r.summary["client"]["errors_by_class"]
     assert errors.get("http_5xx", 0) > 0 and errors.get("http_4xx", 0) > 0, errors
     assert set(r.requests["status_code"]) == {200, 429, 500}
@@ -61,7 +64,7 @@ def test_all_failing_server_exits_non_zero_with_a_bundle(tmp_path):
             "--out",
             str(tmp_path / "b"),
         )
-    assert rc == 1 and "no request succeeded" in log, log
+    assert rc == 3 and "exit 3 (errors)" in log, log
     r = load(tmp_path / "b")
     assert r.summary["client"]["ok"] == 0 and set(r.summary["client"]["errors_by_class"]) == {"http_5xx"}
 
@@ -83,7 +86,7 @@ def test_broken_streams_and_missing_usage(tmp_path):
             "--out",
             str(tmp_path / "b"),
         )
-    assert rc == 1, log
+    assert rc == 3, log
     assert set(load(tmp_path / "b").requests["error_class"]) == {"stream_error"}
     with standin(tmp_path, "no_usage") as url:
         rc, log, _ = kvscope_run(
@@ -99,6 +102,8 @@ def test_broken_streams_and_missing_usage(tmp_path):
             "3s",
             "--output-tokens",
             "5",
+            "--length-spread",
+            "0",
             "--out",
             str(tmp_path / "c"),
         )

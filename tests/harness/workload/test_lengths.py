@@ -43,3 +43,15 @@ def test_prompt_words_are_one_token_each_for_smollm2() -> None:
     tok = tokenizer_from_gguf(_fields(_read(path)), path)
     assert [w for w in WORDS if len(tok.encode(" " + w, add_special_tokens=False)) != 1] == []
     assert len(tok.encode(text(random.Random(0), 1000), add_special_tokens=False)) == 1000
+
+
+def test_spread_lengths_keep_their_mean_within_their_bounds() -> None:
+    import random
+
+    from harness.workload.lengths import spread
+
+    rng = random.Random(1)
+    draws = [spread(rng, 200, 0.25) for _ in range(20_000)]
+    assert min(draws) >= 150 and max(draws) <= 250 and len(set(draws)) > 90
+    assert abs(sum(draws) / len(draws) - 200) < 1.0
+    assert {spread(rng, 200, 0.0) for _ in range(100)} == {200}

@@ -1,0 +1,113 @@
+"""Replays that match the run before they verify: the step-time fit recovers a known step
+model from per-request server timings, a baseline is judged against the run with the stated
+tolerance, and a what-if over a baseline that misses the run is indicative, not verified."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.advisor.fidelity import Measured, judge_fidelity
+from harness.advisor.step_fit import StepFit, fit_steps
+
+A, B, C = 0.004, 0.0015, 0.00008  # overhead, per decoding sequence, per prefilled token
+
+
+def _server_timings(groups: list[tuple[int, int, int]]) -> pd.DataFrame:
+    """Requests as a server with step = A + B x decoding + C x prefill tokens would time them:
+    each group of k requests is scheduled together, prefilled in one step, then decoded
+    together for `tokens - 1` steps; groups follow one another."""
+    rows, t = [], 1_000.0
+    for k, prompt, tokens in groups:
+        prefill = A + C * k * prompt
+        decode = (tokens - 1) * (A + B * k)
+        for _ in range(k):
+            rows.append(
+                {
+                    "ok": True, "n": 1, "prompt_tokens": prompt, "output_tokens": tokens,
+                    "server_arrival_unix": t, "server_queue_time_s": 0.0,
+                    "server_prefill_time_s": prefill, "server_ttft_s": prefill,
+                    "server_decode_time_s": decode, "server_e2e_s": prefill + decode,
+                    "server_num_preemptions": 0, "server_cached_prompt_tokens": 0,
+                }
+            )  # fmt: skip
+        t += prefill + decode + 0.5
+    return pd.DataFrame(rows)
+
+
+def test_the_fit_recovers_a_known_step_model() -> None:
+    rng = np.random.default_rng(3)
+    groups = [
+        (int(k), int(rng.integers(50, 600)), int(rng.integers(8, 64)))
+        for k in rng.choice([1, 2, 3, 5, 8], 30)
+    ]
+    fit = fit_steps(_server_timings(groups))
+    assert fit is not None and fit.median_error < 1e-6
+    assert (fit.overhead_s, fit.per_decode_seq_s, fit.per_prefill_token_s) == pytest.approx(
+        (A, B, C), rel=1e-6
+    )
+    assert fit.step_time([(1, 100)] * 4 + [(300, 300)]) == pytest.approx(A + 4 * B + 300 * C)
+
+
+def test_no_fit_without_server_timings_or_with_too_few_requests() -> None:
+    frame = _server_timings([(2, 100, 10)] * 3)
+    assert fit_steps(frame) is None  # 6 requests: too few rows
+    assert fit_steps(frame.drop(columns=["server_decode_time_s"])) is None
+
+
+def test_preempted_requests_do_not_enter_the_fit() -> None:
+    frame = _server_timings([(k, 200, 20) for k in (1, 2, 4, 8) * 4])
+    skewed = frame.copy()
+    skewed.loc[::3, "server_decode_time_s"] *= 10  # a recompute inflates these
+    skewed.loc[::3, "server_num_preemptions"] = 1
+    fit = fit_steps(skewed)
+    assert fit is not None and fit.per_decode_seq_s == pytest.approx(B, rel=1e-6)
+
+
+def test_fidelity_holds_the_baseline_to_25_percent_with_a_small_absolute_slack() -> None:
+    measured = Measured(preemptions=40.0, ttft_p99_s=2.0, ttft_source="server")
+    ok = judge_fidelity(measured, 34, 2.4)
+    assert ok.within and ok.preemption_error == pytest.approx(-0.15) and ok.ttft_error == pytest.approx(0.2)
+    off = judge_fidelity(measured, 20, 2.1)
+    assert not off.within and "preemptions 20 replayed against 40 measured" in off.reason
+    slow = judge_fidelity(measured, 40, 3.0)
+    assert not slow.within and "TTFT p99 3 s replayed against 2 s measured" in slow.reason
+    # 25% of a handful of preemptions is noise: within 2 of them is a match.
+    assert judge_fidelity(Measured(1.0, 2.0, "client"), 3, 2.0).within
+    assert judge_fidelity(Measured(0.0, 2.0, "client"), 0, 2.0).within
+    assert not judge_fidelity(Measured(None, 2.0, "client"), 0, 2.0).within
+
+
+def test_a_step_fit_times_a_batch_by_its_decoding_sequences_and_prefill_tokens() -> None:
+    fit = StepFit(0.001, 0.002, 0.0001, rows=20, median_error=0.1)
+    assert fit.step_time([]) == 0.0
+    assert fit.step_time([(1, 50), (1, 80)]) == pytest.approx(0.001 + 2 * 0.002)
+    assert fit.step_time([(128, 128), (1, 9)]) == pytest.approx(0.001 + 0.002 + 128 * 0.0001)
+
+
+def test_a_baseline_that_misses_the_run_makes_the_verdicts_indicative(tmp_path):
+    """The same preempting run twice: as simulated (the baseline replay reproduces it), and
+    with the server's preemption counter tripled (a run the replay does not reproduce)."""
+    from harness.advisor import run_inputs
+    from harness.advisor.advice import advise
+    from reference_engine.config import EngineConfig
+    from reference_engine.sim.engine import SimSpec
+    from tests.harness.advisor.bundles import long_requests, simulate_bundle
+
+    engine = EngineConfig(max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=4096)
+    spec = SimSpec("llama-3.1-70b", "h100-80gb", 2, 0.9)
+    folder = simulate_bundle(tmp_path / "b", long_requests(50, 0.5), spec, engine, model="llama-3.1-70b")
+    matched = advise(run_inputs.load(folder))
+    assert matched.fidelity["within"], matched.fidelity
+    assert {v.status for v in matched.verdicts if v.replay} == {"verified"}
+    server = pd.read_parquet(folder / "server.parquet")
+    server["preemptions"] *= 3
+    server.to_parquet(folder / "server.parquet", index=False)
+    missed = advise(run_inputs.load(folder))
+    assert not missed.fidelity["within"] and missed.verdicts
+    for v in missed.verdicts:
+        if v.replay and v.replay["verified"]:  # the replay shows the gain ...
+            assert v.status == "indicative" and not v.verified  # ... but cannot verify it
+            assert "preemptions" in v.status_reason and "measured" in v.status_reason
+    assert any(v.status == "indicative" for v in missed.verdicts)

@@ -1,0 +1,126 @@
+"""How `kvscope run` ends, against servers that misbehave on purpose (the stand-in: a real
+aiohttp SSE server whose faults are chosen per test): the exit status run.json records and
+the console's last line states, and a second Ctrl-C that stops at once without losing a
+record that reached the master."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.results import load
+from harness.run.commands import kvscope_command
+from harness.run.procs import free_port, http_get, wait_http
+from tests.support.servers import ROOT, STANDIN, kvscope_run, standin
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+SHORT = ("--workload", "long_context", "--prompt-tokens", "16", "--no-calibrate", "--no-advise")
+
+
+def _last_line(log: str) -> str:
+    return log.strip().splitlines()[-1]
+
+
+def _counter(url: str, name: str) -> float:
+    body = http_get(url + "/metrics", 5.0)[1].decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(name))
+
+
+def _start(url, out, *args):
+    return subprocess.Popen(
+        kvscope_command("run", "--quiet", "--target", url, *SHORT, "--out", str(out), *args),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_for_records(out, proc, n: int) -> None:
+    records = out / "raw" / "records.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records.exists() and len(records.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(
+        f"no {n} records: {proc.poll()} {proc.stdout.read() if proc.poll() is not None else ''}"
+    )
+
+
+def test_a_target_killed_mid_run_exits_4_target_unreachable(tmp_path):
+    out, port = tmp_path / "b", free_port()
+    target = subprocess.Popen([sys.executable, str(STANDIN), str(port), "ok", "0.02"], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_http(url + "/health", 30.0)[0]
+        proc = _start(url, out, "--users", "4", "--duration", "12s", "--output-tokens", "10")
+        _wait_for_records(out, proc, 5)
+    finally:
+        target.kill()  # as a crashed server: no goodbye; the run goes on against nothing
+        target.wait(10)
+    log, _ = proc.communicate(timeout=200)
+    assert proc.returncode == 4, log
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "target_unreachable" and run["exit"]["code"] == 4
+    assert _last_line(log).startswith(
+        "kvscope run: exit 4 (target_unreachable): the target stopped answering"
+    )
+    assert load(out).summary["errors"]["by_class"].get("connect_error", 0) > 0
+
+
+def test_a_target_failing_half_the_requests_exits_3(tmp_path):
+    with standin(tmp_path, "half_500") as url:
+        rc, log, _ = kvscope_run(
+            "--target", url, *SHORT, "--users", "2", "--duration", "3s", "--output-tokens", "4",
+            "--out", str(tmp_path / "b"),
+        )  # fmt: skip
+        assert rc == 3, log
+        run = json.loads((tmp_path / "b" / "run.json").read_text())
+        assert run["status"] == "errors" and run["exit"]["code"] == 3
+        assert "> --max-error-rate 1.0%" in run["exit"]["reason"] and "http_5xx" in run["exit"]["reason"]
+        assert _last_line(log).startswith("kvscope run: exit 3 (errors):")
+        # Allowed more errors, the same server's run completes.
+        rc, log, _ = kvscope_run(
+            "--target", url, *SHORT, "--users", "2", "--duration", "3s", "--output-tokens", "4",
+            "--max-error-rate", "60%", "--out", str(tmp_path / "c"),
+        )  # fmt: skip
+    assert rc == 0 and _last_line(log).startswith("kvscope run: exit 0 (completed)"), log
+    assert json.loads((tmp_path / "c" / "run.json").read_text())["exit"]["status"] == "completed"
+    # --no-advise: the report, without the advisor and its replays.
+    assert (tmp_path / "c" / "report.html").exists() and not (tmp_path / "c" / "advice.json").exists()
+    assert "no advice: --no-advise" in log
+
+
+def test_a_second_ctrl_c_stops_at_once_and_keeps_every_record(tmp_path):
+    out = tmp_path / "b"
+    with standin(tmp_path, "ok", gap_s=0.05) as url:
+        # 8 streams of 40 tokens 50 ms apart: 2 s each, so requests are always in flight.
+        proc = _start(
+            url, out, "--users", "8", "--duration", "60s", "--output-tokens", "40", "--length-spread", "0"
+        )
+        _wait_for_records(out, proc, 8)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.7)  # some requests finish during the drain
+        second = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        log, _ = proc.communicate(timeout=60)
+        exited_after = time.monotonic() - second
+        received, served = _counter(url, "standin_requests_received"), _counter(url, "vllm:request_success")
+    assert proc.returncode == 130, log
+    # Today's figure was 15 s; the children are gone within ABORT_GRACE_S (1.5 s), and the
+    # bundle (parquet, summary) is written after that.
+    assert exited_after < 8.0, (exited_after, log)
+    r = load(out)
+    note = next(n for n in r.run["notes"] if n.startswith("stopped at once"))
+    assert float(note.split("gone ")[1].split(" s")[0]) <= 2.0, note
+    # Every request the server received has a record; those it finished are recorded as ok,
+    # those cut short as aborted.
+    assert len(r.requests) == received and int(r.requests["ok"].sum()) == served, (received, served)
+    assert set(r.requests.loc[~r.requests["ok"], "error_class"]) <= {"aborted"}
+    assert r.run["exit"]["code"] == 130
