@@ -25,6 +25,11 @@ class BuiltEngine:
     def tokenizer(self):
         return self.loaded.tokenizer
 
+    @property
+    def weights(self) -> str:
+        """How the weights are held, for logs and the core's ready message."""
+        return self.loaded.weights
+
 
 def size_pool(config: EngineConfig, bytes_per_block: int) -> int:
     """Blocks in the pool, the null block included (like vLLM's num_gpu_blocks)."""
@@ -41,8 +46,11 @@ def size_pool(config: EngineConfig, bytes_per_block: int) -> int:
     return config.default_num_blocks
 
 
-def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> BuiltEngine:
-    """Raises ConfigError or ModelLoadError, before any request can be accepted."""
+def build_engine(
+    config: EngineConfig, loaded: LoadedModel | None = None, detokenize: bool = True
+) -> BuiltEngine:
+    """Raises ConfigError or ModelLoadError, before any request can be accepted.
+    `detokenize=False` builds an engine core's engine (see `LLMEngine`)."""
     import torch
 
     from reference_engine.attention.backend import get_attention_backend, validate_attention_config
@@ -90,6 +98,7 @@ def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> Bui
         watermark=config.watermark,
         eos_token_ids=eos,
         vocab_size=mc.vocab_size,
+        detokenize=detokenize,
     )
     return BuiltEngine(
         engine, loaded, config.model, max_model_len, num_blocks, config.kv_cache_dtype, bytes_per_block

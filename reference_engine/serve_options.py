@@ -18,6 +18,10 @@ API_KEY_ENV = "KVSCOPE_API_KEY"
 DEFAULT_SHUTDOWN_GRACE_S = 10.0
 
 LogLevel = Literal["debug", "info", "warning", "error"]
+# process: the engine core in a process of its own (vLLM V1's design). thread: on a thread of
+# the server process (one process to profile or debug; the event loop then shares the
+# interpreter with every step).
+EngineCoreMode = Literal["process", "thread"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,11 @@ class ServeOptions:
         DEFAULT_SHUTDOWN_GRACE_S,
         "on SIGTERM, how long in-flight requests may run before they are aborted (default: %(default)s)",
         metavar="SECONDS",
+    )
+    engine_core: EngineCoreMode = arg_field(
+        "process",
+        "where the engine core (scheduler, KV cache, model) runs: its own process, or a thread of the "
+        "server process for profiling and debugging (default: %(default)s)",
     )
     access_log: bool = arg_field(False, "log one line per HTTP request")
     log_level: LogLevel = arg_field("info", "(default: %(default)s)")

@@ -1,7 +1,8 @@
 """Load a Hugging Face Llama folder: `config.json`, `*.safetensors`, `tokenizer.json`.
 
 HF checkpoints are already in the layout the model uses (rotate-half Q/K rows, `[out, in]`
-weights), so loading is reading plus name checks; no permutation happens here.
+weights), so loading is reading plus name checks; no permutation happens here. Torch loads
+only with the weights, so the API server can read a folder's tokenizer without it.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from reference_engine.model.config import ModelConfig
 from reference_engine.model.errors import ModelLoadError
 from reference_engine.model.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 _SUPPORTED = ("LlamaForCausalLM", "MistralForCausalLM")
 
@@ -125,6 +127,11 @@ def tokenizer_from_hf(folder: str, config: ModelConfig) -> Tokenizer:
         add_bos=False,  # tokenizer.json's post-processor already adds BOS when the model wants it
         chat_template=template,
     )
+
+
+def read_hf_tokenizer(folder: str) -> Tokenizer:
+    """The folder's tokenizer alone (no weights, no torch)."""
+    return tokenizer_from_hf(folder, config_from_hf(_read_json(os.path.join(folder, "config.json")), folder))
 
 
 def load_hf_folder(folder: str) -> HFContents:

@@ -31,6 +31,7 @@ class LoadedModel:
     model: LlamaForCausalLM
     tokenizer: Tokenizer
     source: str
+    weights: str = "float32"  # how the weights are held (dtype, quantization)
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

@@ -3,8 +3,10 @@ final chunk carrying `kvscope` (and `usage` with `stream_options.include_usage`)
 `data: [DONE]`.
 
 All events a step produced for this request go out in one write, so the number of writes
-per second scales with steps, not tokens x choices. A write to a client that has gone away
-raises ConnectionResetError; the handler then returns and its `release` aborts the request.
+per second scales with steps, not tokens x choices. After each write carrying tokens, the
+delay since the core produced them goes to `kvscope:stream_write_delay_seconds`. A write to a
+client that has gone away raises ConnectionResetError; the handler then returns and its
+`release` aborts the request.
 
 Chunk rules (as OpenAI and vLLM): a chat choice's first chunk carries `role`; a choice's last
 chunk carries its `finish_reason`; with `include_usage` every chunk has `"usage": null` and an
@@ -15,6 +17,7 @@ chunk starts with the prompt (and its logprobs, the first being null).
 from __future__ import annotations
 
 import json
+import time
 
 from aiohttp import web
 
@@ -29,6 +32,7 @@ from reference_engine.server.responses import (
     completion_logprobs,
     usage_chunk,
 )
+from reference_engine.server.state import STATE
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -86,6 +90,7 @@ async def stream_sse(
     await response.prepare(request)
     builder = _ChunkBuilder(gen)
     include_usage = gen.req.include_usage
+    metrics = request.app[STATE].metrics
     try:
         while True:
             chunks: list[dict] = []
@@ -112,10 +117,11 @@ async def stream_sse(
                     chunks.append(event.error.body())
             payload = b"".join(_sse(c) for c in chunks)
             if done:
-                stream.done = True
                 payload += _DONE
             if payload:
                 await response.write(payload)
+                if stream.produced:
+                    metrics.observe_write_delay(time.monotonic() - stream.produced)
             if done:
                 break
             events = await stream.next_events()

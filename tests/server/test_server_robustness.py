@@ -17,26 +17,17 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from reference_engine.config import EngineConfig
-from reference_engine.engine_factory import build_engine
-from reference_engine.server.app import create_app
-from reference_engine.server.background import BackgroundServer
-from reference_engine.server.state import ServerConfig
+from reference_engine.core.launch import CoreLaunch
+from reference_engine.core.messages import AbortRequests
+from reference_engine.server.background import BackgroundServer, serve_in_background
 
 MODEL = "tiny"
 
 
 def start(**config) -> BackgroundServer:
-    built = build_engine(EngineConfig(model="tiny-random", **config))
-    info = {
-        "block_size": "16",
-        "num_gpu_blocks": str(built.num_blocks),
-        "cache_dtype": "auto",
-        "enable_prefix_caching": "True",
-        "allocator": "paged",
-    }
-    return BackgroundServer(
-        create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random"), info)
-    ).start()
+    """The engine core in its own process: what the server knows of it arrives as messages
+    (`state.engine.stats` is the core's latest statistics record)."""
+    return serve_in_background(CoreLaunch(EngineConfig(model="tiny-random", **config)), MODEL).start()
 
 
 def post(server: BackgroundServer, path: str, body: bytes, timeout: float = 120) -> tuple[int, bytes]:
@@ -50,13 +41,18 @@ def post(server: BackgroundServer, path: str, body: bytes, timeout: float = 120)
 
 
 def wait_idle(server: BackgroundServer, timeout: float = 30.0) -> None:
-    engine = server.state.engine_loop.engine
+    engine = server.state.engine
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not engine.has_unfinished() and server.state.engine_loop.num_in_flight == 0:
+        stats = engine.stats
+        if stats.num_running + stats.num_waiting == 0 and engine.num_in_flight == 0:
             return
         time.sleep(0.02)
     raise AssertionError("the engine did not go idle")
+
+
+def all_blocks_free(server: BackgroundServer) -> bool:
+    return server.state.engine.stats.num_free_blocks == server.state.ready.num_blocks - 1
 
 
 def metric(server: BackgroundServer, name: str, **labels: str) -> float:
@@ -95,13 +91,29 @@ async def _stream_then_leave(url: str, body: dict, events_before_leaving: int) -
     return seen
 
 
-def test_disconnect_mid_stream_frees_blocks_at_once(roomy):
-    engine = roomy.state.engine_loop.engine
+def test_disconnect_mid_stream_frees_blocks_at_once(roomy, monkeypatch):
+    """The abort reaches the core process, which frees the blocks before its next step: the
+    first statistics record showing them free is at most one step after the last record the
+    server had when it sent the abort (one step may have been running when it arrived)."""
+    engine = roomy.state.engine
+    steps_when_sent: list[int] = []
+    send = engine.client.send
+
+    def watch(command):
+        if isinstance(command, AbortRequests):
+            steps_when_sent.append(engine.stats.steps)
+        send(command)
+
+    monkeypatch.setattr(engine.client, "send", watch)
     body = {"model": MODEL, "prompt": "x" * 100, "max_tokens": 800, "stream": True, "ignore_eos": True}
     aborted_before = metric(roomy, "vllm:request_success_total", finished_reason="abort")
     assert asyncio.run(_stream_then_leave(roomy.url, body, 3)) == 3
-    wait_idle(roomy, timeout=10)  # far sooner than 800 tokens would take
-    assert engine.kv.pool.num_free_blocks == engine.kv.pool.num_blocks - 1
+    deadline = time.monotonic() + 10  # far sooner than 800 tokens would take
+    while not all_blocks_free(roomy) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert all_blocks_free(roomy) and len(steps_when_sent) == 1
+    assert engine.stats.steps - steps_when_sent[0] <= 1, (steps_when_sent, engine.stats.steps)
+    wait_idle(roomy, timeout=10)
     assert metric(roomy, "vllm:kv_cache_usage_perc") == 0.0
     assert metric(roomy, "vllm:num_requests_running") == 0.0
     assert metric(roomy, "vllm:request_success_total", finished_reason="abort") == aborted_before + 1
@@ -131,12 +143,12 @@ async def _two_requests_second_leaves_while_queued(url: str) -> None:
 
 
 def test_non_streaming_client_that_gives_up_while_queued_is_aborted(roomy):
-    engine = roomy.state.engine_loop.engine
+    engine = roomy.state.engine
     tokens_before = engine.stats.generation_tokens
     asyncio.run(_two_requests_second_leaves_while_queued(roomy.url))
     wait_idle(roomy)
     assert engine.stats.generation_tokens - tokens_before == 1000  # the second never ran
-    assert engine.kv.pool.num_free_blocks == engine.kv.pool.num_blocks - 1
+    assert all_blocks_free(roomy)
 
 
 # -- fuzzing --------------------------------------------------------------------------------
@@ -286,8 +298,7 @@ def test_server_is_healthy_and_idle_after_fuzzing(small):
     conn = http.client.HTTPConnection("127.0.0.1", small.port, timeout=30)
     conn.request("GET", "/health")
     assert conn.getresponse().status == 200
-    engine = small.state.engine_loop.engine
-    assert engine.kv.pool.num_free_blocks == engine.kv.pool.num_blocks - 1
+    assert all_blocks_free(small)
 
 
 @pytest.mark.parametrize(
