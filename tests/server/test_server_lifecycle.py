@@ -154,6 +154,7 @@ class ServerProcess:
             text=True,
             env={**os.environ, **(env or {})},
             cwd=ROOT,
+            start_new_session=True,  # its own process group, as a terminal's job is
         )
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
@@ -251,6 +252,30 @@ def test_sigterm_aborts_what_outlives_the_grace_period():
     assert events[-1] == "[DONE]"
     final = json.loads(events[-2])
     assert final["choices"][0]["finish_reason"] == "abort" and final["kvscope"]["e2e_s"] > 0
+
+
+def test_ctrl_c_to_the_whole_process_group_still_drains():
+    """A terminal's Ctrl-C (or a service manager's stop) signals every process of the group, the
+    engine core included. The core ignores it and keeps serving until the server has let the
+    in-flight request finish."""
+    server = ServerProcess(
+        "--model",
+        "tiny-random",
+        "--served-model-name",
+        MODEL,
+        "--num-blocks",
+        "128",
+        "--shutdown-grace",
+        "300",
+    )
+    thread, events = stream_in_background(server.port, stream_body(300))
+    os.killpg(server.proc.pid, signal.SIGINT)
+    thread.join(60)
+    assert server.wait() == 0
+    final = json.loads(events[-2])
+    assert (
+        final["choices"][0]["finish_reason"] == "length" and final["usage" if "usage" in final else "kvscope"]
+    )
 
 
 def test_bad_configuration_exits_2_with_a_message():
