@@ -155,7 +155,10 @@ def overhead(args: argparse.Namespace) -> None:
 
 
 def sim_child(argv: list[str]) -> int:
-    """Child mode: a --simulate server that writes its step records to a file when it stops."""
+    """Child mode: a --simulate server (engine core in its own process, as `kvscope engine
+    serve` runs it) whose core writes its step records to a file when it stops."""
+    from reference_engine.core.launch import CoreLaunch
+    from reference_engine.core.process_client import ProcessCoreClient
     from reference_engine.engine_args import (
         add_engine_args,
         engine_config_from_args,
@@ -163,10 +166,9 @@ def sim_child(argv: list[str]) -> int:
     )
     from reference_engine.serve_options import DEFAULT_SHUTDOWN_GRACE_S
     from reference_engine.server.app import create_app
-    from reference_engine.server.metrics import cache_config_labels
     from reference_engine.server.serve_cli import serve
     from reference_engine.server.state import ServerConfig
-    from reference_engine.sim.engine import build_sim_engine
+    from reference_engine.sim.engine import load_sim_tokenizer
 
     ap = argparse.ArgumentParser()
     ap.add_argument("records")
@@ -174,22 +176,10 @@ def sim_child(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     config, spec = engine_config_from_args(a), simulator_config_from_args(a)
     assert spec is not None, "the sim child is started with --simulate"
-    built = build_sim_engine(spec, config)
-    info = cache_config_labels(
-        config.block_size,
-        built.num_blocks,
-        config.kv_cache_dtype,
-        config.enable_prefix_caching,
-        config.allocator,
-    )
-    app = create_app(
-        built.engine, built.tokenizer, ServerConfig(spec.model, "simulated"), info, built.executor.begin_step
-    )
-    code = asyncio.run(serve(app, "127.0.0.1", 0, DEFAULT_SHUTDOWN_GRACE_S))
-    records = [[r.num_seqs, r.num_tokens, r.modelled_s, r.measured_s] for r in built.executor.records]
-    with open(a.records, "w") as f:
-        json.dump(records, f)
-    return code
+    client = ProcessCoreClient(CoreLaunch(config, spec, step_records_path=a.records))
+    client.spawn()
+    app = create_app(client, load_sim_tokenizer(), ServerConfig(spec.model, "simulated"))
+    return asyncio.run(serve(app, "127.0.0.1", 0, DEFAULT_SHUTDOWN_GRACE_S))
 
 
 def sim(args: argparse.Namespace) -> None:
@@ -235,7 +225,9 @@ def sim(args: argparse.Namespace) -> None:
             finally:
                 child.stop()
             with open(records_file.name) as f:
-                records = json.load(f)
+                records = [
+                    [r["num_seqs"], r["num_tokens"], r["modelled_s"], r["measured_s"]] for r in json.load(f)
+                ]
         full = [
             r for r in records if r[0] >= 0.95 * c and r[1] == r[0]
         ]  # decode steps with (nearly) all streams

@@ -18,10 +18,13 @@ from reference_engine.sim.spec import SimSpec
 
 
 class CoreLaunch(msgspec.Struct, omit_defaults=True):
-    """`sim` set: the simulator's executor and pool sizing instead of a model."""
+    """`sim` set: the simulator's executor and pool sizing instead of a model.
+    `step_records_path` (benchmarks): where a simulated core writes its step records
+    (`SimExecutor.records`, JSON) when it shuts down."""
 
     config: EngineConfig
     sim: SimSpec | None = None
+    step_records_path: str | None = None
 
 
 @dataclass(slots=True)
@@ -29,6 +32,7 @@ class BuiltCore:
     engine: LLMEngine
     ready: CoreReady
     on_step_start: Callable[[float], None] | None = None
+    step_records: Callable[[], list] | None = None  # the simulator's, oldest first
 
 
 def build_core(launch: CoreLaunch, pid: int = 0) -> BuiltCore:
@@ -40,7 +44,7 @@ def build_core(launch: CoreLaunch, pid: int = 0) -> BuiltCore:
         sim = build_sim_engine(spec, config, detokenize=False)
         source = f"simulated {sim.model_name} on {spec.tensor_parallel_size} x {spec.gpu}"
         ready = ready_of(sim.engine, spec.model, source, sim.kv_cache_dtype, "simulated", pid)
-        return BuiltCore(sim.engine, ready, sim.executor.begin_step)
+        return BuiltCore(sim.engine, ready, sim.executor.begin_step, lambda: list(sim.executor.records))
     from reference_engine.engine_factory import build_engine
 
     built = build_engine(config, detokenize=False)
@@ -72,3 +76,9 @@ def ready_of(
         weights=weights,
         pid=pid,
     )
+
+
+def write_step_records(launch: CoreLaunch, built: BuiltCore) -> None:
+    if launch.step_records_path is not None and built.step_records is not None:
+        with open(launch.step_records_path, "wb") as f:
+            f.write(msgspec.json.encode(built.step_records()))

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from reference_engine.config import ConfigError
     from reference_engine.core.core_loop import CoreLoop
     from reference_engine.core.engine_core import EngineCore
-    from reference_engine.core.launch import CoreLaunch, build_core
+    from reference_engine.core.launch import CoreLaunch, build_core, write_step_records
     from reference_engine.model.errors import ModelLoadError
 
     input_addr, output_addr = argv if argv is not None else sys.argv[1:3]
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     push.send(encoder.encode(built.ready))
     loop = CoreLoop(EngineCore(built.engine), ZmqTransport(pull, push, parent), built.on_step_start)
     loop.run()
+    write_step_records(launch, built)
     pull.close(linger=0)
     push.close()
     ctx.term()

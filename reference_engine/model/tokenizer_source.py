@@ -33,7 +33,7 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
         return byte_tokenizer()
     path = smollm2_gguf_path() if name_or_path == SMOLLM2_NAME else name_or_path
     if os.path.isdir(path):
-        from reference_engine.model.hf_loader import read_hf_tokenizer
+        from reference_engine.model.hf_metadata import read_hf_tokenizer
 
         return read_hf_tokenizer(path)
     if os.path.isfile(path):

@@ -102,7 +102,8 @@ def test_the_server_process_never_imports_torch():
         "from reference_engine.server.background import serve_in_background\n"
         "with serve_in_background(CoreLaunch(EngineConfig(model='tiny-random', num_blocks=32)), 'm') as s:\n"
         "    body = json.dumps({'prompt': 'hi', 'max_tokens': 3}).encode()\n"
-        "    r = urllib.request.Request(s.url + '/v1/completions', body, {'Content-Type': 'application/json'})\n"
+        "    headers = {'Content-Type': 'application/json'}\n"
+        "    r = urllib.request.Request(s.url + '/v1/completions', body, headers)\n"
         "    assert json.load(urllib.request.urlopen(r))['usage']['completion_tokens'] == 3\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton'))))\n"
     )
