@@ -70,7 +70,7 @@ def measure_decode(
         enable_prefix_caching=False,
         num_threads=threads,
     )
-    loaded = loaded or load_model(model, config.dtype, config.device, config.seed)
+    loaded = loaded or load_model(model, "float32", config.device, config.seed)
     results = []
     for batch in batches:
         engine = build_engine(config, loaded).engine

@@ -80,10 +80,10 @@ BENCHES = (
         "benchmarks/exporter_bench.py",
         120,
     ),
-    _script(
+    _module(
         "server_overhead",
         "Server: HTTP overhead and simulated-server capacity",
-        "benchmarks/server_overhead.py",
+        "benchmarks.server_overhead",
         240,
     ),
     # Ten 20-second Locust runs by default; it gets what the rest of the budget leaves.

@@ -8,7 +8,7 @@
    steps against the cost model's. The largest concurrency whose median step stays within 10%
    of the model is what one process sustains on this machine.
 
-Usage: python benchmarks/server_overhead.py [overhead|sim|all] [--concurrency 100,250,500,1000]
+Usage: python -m benchmarks.server_overhead [overhead|sim|all] [--concurrency 100,250,500,1000]
 Prints markdown tables. Client and server share this machine's cores, as in a real load test.
 """
 
@@ -18,69 +18,18 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-import aiohttp
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.stream_client import Child, pct, run_streams
 
 
-# -- shared: a server child process and a streaming client ---------------------------------------
-
-
-class Child:
-    def __init__(self, cmd: list[str]):
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
-        )
-        line = self.proc.stdout.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"server did not start: {line!r}")
-        self.url = line.strip().rsplit(" ", 1)[1]
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(120)
-
-
-async def _stream(session: aiohttp.ClientSession, url: str, body: dict, gaps: list[float]) -> int:
-    last = None
-    usage = 0
-    async with session.post(url + "/v1/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.content:
-            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                continue
-            now = time.perf_counter()
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                usage = chunk["usage"]["completion_tokens"]
-            if chunk["choices"]:
-                if last is not None:
-                    gaps.append(now - last)
-                last = now
-    return usage
-
-
-async def run_streams(url: str, bodies: list[dict]) -> tuple[int, float, list[float]]:
-    """All bodies at once; returns (completion tokens, wall seconds, client inter-chunk gaps)."""
-    gaps: list[float] = []
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=1800)
-    ) as session:
-        start = time.perf_counter()
-        tokens = await asyncio.gather(*(_stream(session, url, b, gaps) for b in bodies))
-        return sum(tokens), time.perf_counter() - start, gaps
-
-
-def pct(values: list[float], q: float) -> float:
-    return sorted(values)[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+def streamed(url: str, bodies: list[dict]) -> tuple[int, float, list[float]]:
+    """(completion tokens, wall seconds, client inter-chunk gaps) of all bodies at once."""
+    results, seconds = run_streams(url, bodies)
+    return sum(r.completion_tokens for r in results), seconds, [g for r in results for g in r.gaps]
 
 
 # -- 1. HTTP overhead on tiny-random ----------------------------------------------------------------
@@ -113,14 +62,14 @@ def overhead(args: argparse.Namespace) -> None:
     child = Child([sys.executable, "-m", "reference_engine.server.serve_cli", "--port", "0", *config])
     in_rates, http_rates, all_gaps = [], [], []
     try:
-        asyncio.run(run_streams(child.url, bodies[:2]))  # warm-up
+        streamed(child.url, bodies[:2])  # warm-up
         for _ in range(args.rounds):
             start = time.perf_counter()
             results = built.engine.generate(prompts, params)
             in_rates.append(
                 sum(c.num_output_tokens for r in results for c in r.choices) / (time.perf_counter() - start)
             )
-            tokens, seconds, gaps = asyncio.run(run_streams(child.url, bodies))
+            tokens, seconds, gaps = streamed(child.url, bodies)
             http_rates.append(tokens / seconds)
             all_gaps += gaps
     finally:
@@ -202,7 +151,8 @@ def sim(args: argparse.Namespace) -> None:
             child = Child(
                 [
                     sys.executable,
-                    os.path.abspath(__file__),
+                    "-m",
+                    "benchmarks.server_overhead",
                     "--sim-child",
                     records_file.name,
                     *deployment,
@@ -221,7 +171,7 @@ def sim(args: argparse.Namespace) -> None:
                     }
                     for i in range(c)
                 ]
-                tokens, wall, gaps = asyncio.run(run_streams(child.url, bodies))
+                tokens, wall, gaps = streamed(child.url, bodies)
             finally:
                 child.stop()
             with open(records_file.name) as f:

@@ -23,24 +23,29 @@ from reference_engine.attention.quantization import (
 
 
 def write_kv(key: torch.Tensor, value: torch.Tensor, cache: LayerKVCache, slot_mapping: torch.Tensor) -> None:
-    """Scatter `key`/`value` `[T, num_kv_heads, head_dim]` into their slots; slot -1 is padding."""
+    """Scatter `key`/`value` `[T, num_kv_heads, head_dim]` into their slots; slot -1 is padding.
+
+    A slot is a row of the cache seen as `[num_blocks * block_size, ...]` (block * block_size +
+    offset), so the scatter is one `index_copy_` per tensor (several times faster on CPU than
+    indexing by block and offset)."""
     if key.shape[0] == 0:
         return
     quant = cache.quant
     if quant == KVQuant.FP8_PER_TENSOR:
         calibrate_fp8_scales(cache, key, value, slot_mapping)
     valid = slot_mapping >= 0
-    slots = slot_mapping[valid]
-    block_size = cache.block_size
-    blocks, offsets = slots // block_size, slots % block_size
+    if not bool(valid.all()):
+        slot_mapping, key, value = slot_mapping[valid], key[valid], value[valid]
     for x, data, scale in ((key, cache.key, cache.k_scale), (value, cache.value, cache.v_scale)):
-        x = x[valid]
-        if quant == KVQuant.FP8_PER_TENSOR:
-            data[blocks, offsets] = quantize_fp8(x, scale)
+        rows = data.view(-1, *data.shape[2:])
+        if quant == KVQuant.FP8_PER_TENSOR:  # as bytes: index_copy_ has no float8 kernel on CPU
+            rows.view(torch.uint8).index_copy_(0, slot_mapping, quantize_fp8(x, scale).view(torch.uint8))
         elif quant == KVQuant.INT8_PER_TOKEN_HEAD:
-            data[blocks, offsets], scale[blocks, offsets] = quantize_int8(x)
+            q, row_scales = quantize_int8(x)
+            rows.index_copy_(0, slot_mapping, q)
+            scale.view(-1, scale.shape[2]).index_copy_(0, slot_mapping, row_scales)
         else:
-            data[blocks, offsets] = x.to(data.dtype)
+            rows.index_copy_(0, slot_mapping, x.to(data.dtype))
 
 
 def gather_kv(
@@ -86,32 +91,42 @@ def paged_attention(
     return out
 
 
+def _gather_pages(data: torch.Tensor, ids: torch.Tensor, num_seqs: int) -> torch.Tensor:
+    """Blocks `ids` of a cache tensor `[num_blocks, block_size, ...]`, as `[num_seqs, tokens, ...]`:
+    one `index_select` over whole blocks (an order of magnitude cheaper on CPU than advanced
+    indexing)."""
+    rows = data.view(data.shape[0], -1).index_select(0, ids)
+    return rows.view(num_seqs, -1, *data.shape[2:])
+
+
 def paged_decode_attention(
     query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float
 ) -> torch.Tensor:
     """`paged_attention` for a batch whose every query length is 1, batched: contexts are
-    gathered to the longest one and the positions past each sequence's length masked out."""
+    gathered to the longest one and the positions past each sequence's length masked out.
+    One pair of batched products per KV head, on strided views of the gathered pages, so no
+    transposed copy of the context is ever made."""
     num_seqs = meta.num_seqs
     out = torch.zeros_like(query)
     if num_seqs == 0:
         return out
     block_size = cache.block_size
-    max_len = meta.max_seq_len
-    ids = meta.block_tables[:, : (max_len + block_size - 1) // block_size].long()
+    ids = meta.block_tables[:, : (meta.max_seq_len + block_size - 1) // block_size].reshape(-1)
     kv = []
     for data, scale_t in ((cache.key, cache.k_scale), (cache.value, cache.v_scale)):
-        pages = data[ids].reshape(num_seqs, -1, *data.shape[2:])[:, :max_len]
+        pages = _gather_pages(data, ids, num_seqs)  # [B, S, KVH, D]
         if cache.quant == KVQuant.INT8_PER_TOKEN_HEAD:
-            scale_t = scale_t[ids].reshape(num_seqs, -1, scale_t.shape[2])[:, :max_len]
-        kv.append(dequantize(pages, scale_t))  # [B, S, KVH, D]
+            scale_t = _gather_pages(scale_t, ids, num_seqs)
+        kv.append(dequantize(pages, scale_t))
     k, v = kv
     num_heads, num_kv_heads, head_dim = query.shape[1], k.shape[2], k.shape[3]
-    q = query[:num_seqs].float().view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    scores = torch.einsum("bkgd,bskd->bkgs", q, k) * scale
-    beyond = torch.arange(max_len, device=query.device)[None, :] >= meta.seq_lens[:, None]
-    scores.masked_fill_(beyond[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out[:num_seqs] = (
-        torch.einsum("bkgs,bskd->bkgd", probs, v).reshape(num_seqs, num_heads, head_dim).to(query.dtype)
-    )
+    group = num_heads // num_kv_heads
+    q = query[:num_seqs].float().view(num_seqs, num_kv_heads, group, head_dim)
+    beyond = (torch.arange(k.shape[1], device=query.device)[None, :] >= meta.seq_lens[:, None])[:, None, :]
+    attended = torch.empty(num_seqs, num_kv_heads, group, head_dim, device=query.device)
+    for h in range(num_kv_heads):
+        scores = torch.bmm(q[:, h], k[:, :, h].transpose(1, 2)) * scale  # [B, group, S]
+        scores.masked_fill_(beyond, float("-inf"))
+        torch.bmm(torch.softmax(scores, dim=-1), v[:, :, h], out=attended[:, h])
+    out[:num_seqs] = attended.view(num_seqs, num_heads, head_dim).to(query.dtype)
     return out
