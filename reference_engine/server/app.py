@@ -115,7 +115,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
 def create_app(client: CoreClient, tokenizer, config: ServerConfig) -> web.Application:
     """An app serving the engine core behind `client`. The core starts with the app (which
     waits until it is ready) and stops with it."""
-    engine = AsyncEngine(client, tokenizer.decode)
+    engine = AsyncEngine(client, tokenizer)
     state = ServerState(
         config=config,
         tokenizer=tokenizer,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from typing import Any
 
 from reference_engine.admission import AdmissionLimits, check_admission
 from reference_engine.core.client import CoreClient
@@ -37,9 +37,9 @@ log = logging.getLogger("kvscope.server")
 
 
 class AsyncEngine:
-    def __init__(self, client: CoreClient, decode: Callable[[list[int]], str]):
+    def __init__(self, client: CoreClient, tokenizer: Any):
         self.client = client
-        self.decode = decode
+        self.tokenizer = tokenizer  # detokenizes the core's outputs
         self.ready: CoreReady | None = None
         self.limits: AdmissionLimits | None = None
         self.metrics: VllmMetrics | None = None
@@ -68,7 +68,7 @@ class AsyncEngine:
             lambda: self.stats.num_running, lambda: self.stats.num_waiting, lambda: self.stats.kv_usage
         )
         self.metrics = VllmMetrics(served_model_name, ready.max_model_len, cache_info, gauges)
-        self.processor = OutputProcessor(self.decode, self.metrics)
+        self.processor = OutputProcessor(self.tokenizer, self.metrics)
         return ready
 
     @property

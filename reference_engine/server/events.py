@@ -79,5 +79,9 @@ class RequestStream:
     produced: float = 0.0
 
     async def next_events(self) -> list[Event]:
+        """The next batch, and every batch queued behind it: a handler that fell behind the core
+        catches up in one write instead of one per step. `produced` is the oldest batch's."""
         self.produced, events = await self.queue.get()
+        while not self.queue.empty():
+            events = events + self.queue.get_nowait()[1]
         return events

@@ -15,11 +15,11 @@ aborted choice are recorded like any other; each choice is observed as finished 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from reference_engine.core.messages import CoreOutputs, Rejection, SeqOutput
-from reference_engine.detokenizer import IncrementalDetokenizer
+from reference_engine.detokenizer import IncrementalDetokenizer, detokenizer_factory
 from reference_engine.server.errors import APIError, bad_request, engine_failed
 from reference_engine.server.events import (
     Delta,
@@ -63,8 +63,8 @@ class RequestState:
 
 
 class OutputProcessor:
-    def __init__(self, decode: Callable[[list[int]], str], metrics: VllmMetrics):
-        self.decode = decode
+    def __init__(self, tokenizer: Any, metrics: VllmMetrics):
+        self.new_detokenizer = detokenizer_factory(tokenizer)
         self.metrics = metrics
         self.requests: dict[str, RequestState] = {}
 
@@ -72,7 +72,7 @@ class OutputProcessor:
         n = sub.params.n
         choices = [
             ChoiceState(
-                IncrementalDetokenizer(self.decode, list(sub.params.stop)),
+                self.new_detokenizer(sub.params.stop),
                 sub.arrival_time,
                 len(sub.prompt_token_ids),
             )

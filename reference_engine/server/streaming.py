@@ -16,9 +16,9 @@ chunk starts with the prompt (and its logprobs, the first being null).
 
 from __future__ import annotations
 
-import json
 import time
 
+import msgspec
 from aiohttp import web
 
 from reference_engine.server.events import Delta, Event, Failed, Outcome, PromptLogprobs, RequestStream
@@ -43,7 +43,10 @@ _DONE = b"data: [DONE]\n\n"
 
 
 def _sse(obj: dict) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    # msgspec: compact UTF-8 JSON like json.dumps(separators=(",", ":"), ensure_ascii=False),
+    # an order of magnitude faster (one chunk per stream per step adds up at hundreds of
+    # streams); a non-finite float becomes null, where json.dumps would write invalid JSON.
+    return b"data: " + msgspec.json.encode(obj) + b"\n\n"
 
 
 class _ChunkBuilder:
