@@ -117,6 +117,8 @@ class AsyncEngine:
         stops = self.processor.process(outputs)
         if stops:
             self.client.send(StopSequences(stops))
+        if self.processor.pending:  # after the handlers this iteration woke have written
+            asyncio.get_running_loop().call_soon(self.processor.observe_pending)
         if outputs.failure is not None:
             log.error("the engine core failed (%s); refusing further requests", outputs.failure)
             self.failed = True

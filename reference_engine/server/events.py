@@ -3,7 +3,8 @@
 
 Events arrive in batches, one per engine-core iteration, in core order: `Admitted` (or
 `Failed`) first, then `PromptLogprobs` once if asked for, `Delta`s, and finally `Outcome`
-(or `Failed`). All frozen: once handed over, nothing in them changes.
+(or `Failed`). Once handed over, nothing in them changes (all frozen but `Delta`, which is made
+for every token of every stream and skips frozen's cost).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class PromptLogprobs:
     by_position: dict[int, TokenLogprob]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per token per stream, and frozen init costs more
 class Delta:
     index: int
     token_ids: list[int]

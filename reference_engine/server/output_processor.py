@@ -15,6 +15,7 @@ aborted choice are recorded like any other; each choice is observed as finished 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,9 @@ class OutputProcessor:
         self.new_detokenizer = detokenizer_factory(tokenizer)
         self.metrics = metrics
         self.requests: dict[str, RequestState] = {}
+        # Per-token histogram observations of the iteration being routed, made after its
+        # streams were handed their events (`observe_pending`): the writes go first.
+        self.pending: list[tuple[Callable[..., None], tuple]] = []
 
     def add(self, sub: Submission, stream: RequestStream) -> None:
         n = sub.params.n
@@ -108,6 +112,11 @@ class OutputProcessor:
                 del self.requests[request_id]
         return stops
 
+    def observe_pending(self) -> None:
+        pending, self.pending = self.pending, []
+        for observe, args in pending:
+            observe(*args)
+
     def _apply(self, state: RequestState, out: SeqOutput, now: float, stops: list[tuple[str, int]]) -> bool:
         choice = state.choices[out.index]
         if choice.finished:
@@ -125,9 +134,10 @@ class OutputProcessor:
         cut = -1
         if out.new_token_ids:
             if choice.last_token_time is not None:
-                self.metrics.observe_inter_token(now - choice.last_token_time)
+                self.pending.append((self.metrics.observe_inter_token, (now - choice.last_token_time,)))
             elif choice.first_token_time is not None:
-                self.metrics.observe_first_token(choice.first_token_time - choice.arrival_time)
+                ttft = choice.first_token_time - choice.arrival_time
+                self.pending.append((self.metrics.observe_first_token, (ttft,)))
             choice.last_token_time = now
             choice.num_output_tokens += len(out.new_token_ids)
             detok.add(out.new_token_ids)
@@ -142,7 +152,7 @@ class OutputProcessor:
             choice.finished = True
             choice.finished_time = choice.finished_time or now
             state.num_finished += 1
-            self.metrics.observe_finished(choice, reason)
+            self.pending.append((self.metrics.observe_finished, (choice, reason)))
         if not state.released:
             state.events.append(Delta(out.index, out.new_token_ids, text, out.new_logprobs or [], reason))
             if state.num_finished == len(state.choices):
