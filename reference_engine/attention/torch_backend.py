@@ -99,6 +99,19 @@ def _gather_pages(data: torch.Tensor, ids: torch.Tensor, num_seqs: int) -> torch
     return rows.view(num_seqs, -1, *data.shape[2:])
 
 
+def _decode_plan(meta: AttentionMetadata, block_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block ids to gather, additive mask [B, 1, S]: 0 within each context, -inf past it), the
+    same for every layer of the step, so derived once."""
+    plan = meta.derived.get("torch_decode")
+    if plan is None:
+        ids = meta.block_tables[:, : (meta.max_seq_len + block_size - 1) // block_size]
+        positions = torch.arange(ids.shape[1] * block_size, device=device)[None, :]
+        bias = torch.zeros(positions.shape[1], device=device).expand(meta.num_seqs, -1).clone()
+        bias.masked_fill_(positions >= meta.seq_lens[:, None], float("-inf"))
+        plan = meta.derived["torch_decode"] = (ids.reshape(-1), bias[:, None, :])
+    return plan
+
+
 def paged_decode_attention(
     query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float
 ) -> torch.Tensor:
@@ -107,11 +120,9 @@ def paged_decode_attention(
     One pair of batched products per KV head, on strided views of the gathered pages, so no
     transposed copy of the context is ever made."""
     num_seqs = meta.num_seqs
-    out = torch.zeros_like(query)
     if num_seqs == 0:
-        return out
-    block_size = cache.block_size
-    ids = meta.block_tables[:, : (meta.max_seq_len + block_size - 1) // block_size].reshape(-1)
+        return torch.zeros_like(query)
+    ids, bias = _decode_plan(meta, cache.block_size, query.device)
     kv = []
     for data, scale_t in ((cache.key, cache.k_scale), (cache.value, cache.v_scale)):
         pages = _gather_pages(data, ids, num_seqs)  # [B, S, KVH, D]
@@ -122,11 +133,13 @@ def paged_decode_attention(
     num_heads, num_kv_heads, head_dim = query.shape[1], k.shape[2], k.shape[3]
     group = num_heads // num_kv_heads
     q = query[:num_seqs].float().view(num_seqs, num_kv_heads, group, head_dim)
-    beyond = (torch.arange(k.shape[1], device=query.device)[None, :] >= meta.seq_lens[:, None])[:, None, :]
     attended = torch.empty(num_seqs, num_kv_heads, group, head_dim, device=query.device)
     for h in range(num_kv_heads):
-        scores = torch.bmm(q[:, h], k[:, :, h].transpose(1, 2)) * scale  # [B, group, S]
-        scores.masked_fill_(beyond, float("-inf"))
+        scores = torch.baddbmm(bias, q[:, h], k[:, :, h].transpose(1, 2), alpha=scale)  # [B, group, S]
         torch.bmm(torch.softmax(scores, dim=-1), v[:, :, h], out=attended[:, h])
-    out[:num_seqs] = attended.view(num_seqs, num_heads, head_dim).to(query.dtype)
+    attended = attended.view(num_seqs, num_heads, head_dim).to(query.dtype)
+    if query.shape[0] == num_seqs:
+        return attended
+    out = torch.zeros_like(query)  # padding rows stay zero
+    out[:num_seqs] = attended
     return out
