@@ -1,7 +1,7 @@
 """SmolLM2-135M decode side by side with llama.cpp's llama-server, one compute thread each, in
 one invocation, on the same GGUF file (Q4_1; kvscope dequantises it, llama.cpp computes on it).
 
-Usage: python -m benchmarks.decode_vs_llamacpp [--streams 1,4,16,32] [--tokens 40] [--rounds 1]
+Usage: python -m benchmarks.decode_vs_llamacpp [--streams 1,4,16,32] [--tokens 32] [--rounds 1]
                                                [--formats float32,int8]
 
 For each number of concurrent streams N, measured in turn (rounds alternate, best round kept):
@@ -285,7 +285,7 @@ def bytes_table(rows: list[Row], bw: bandwidth.Bandwidth) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", default="1,4,16,32")
-    ap.add_argument("--tokens", type=int, default=40, help="tokens per stream (default: %(default)s)")
+    ap.add_argument("--tokens", type=int, default=32, help="tokens per stream (default: %(default)s)")
     ap.add_argument(
         "--rounds", type=int, default=1, help="alternating rounds, best kept (default: %(default)s)"
     )
