@@ -61,12 +61,16 @@ BENCHES = (
         120,
     ),
     _module(
-        "engine_decode",
-        "SmolLM2-135M decode throughput on CPU (torch backend, in-process)",
-        "benchmarks.engine_decode_bench",
-        180,
-        "--threads",
-        "1,0",
+        "weight_formats",
+        "Weight dtypes on this CPU: float32, bfloat16, weight-only int8 (what --dtype auto picks)",
+        "benchmarks.weight_formats",
+        90,
+    ),
+    _module(
+        "decode_vs_llamacpp",
+        "SmolLM2-135M decode beside llama.cpp's llama-server, one thread each: HTTP and in-process",
+        "benchmarks.decode_vs_llamacpp",
+        420,
     ),
     _script(
         "scheduler",
@@ -86,11 +90,17 @@ BENCHES = (
         "benchmarks/exporter_hostile.py",
         240,
     ),
-    _script(
+    _module(
         "server_overhead",
         "Server: HTTP overhead and simulated-server capacity",
-        "benchmarks/server_overhead.py",
+        "benchmarks.server_overhead",
         240,
+    ),
+    _module(
+        "sim_write_delay",
+        "Server-side write delay at 256 simulated streams (target p99 <= 5 ms)",
+        "benchmarks.sim_write_delay",
+        120,
     ),
     # Ten 20-second Locust runs by default; it gets what the rest of the budget leaves.
     _script(

@@ -8,7 +8,7 @@
    steps against the cost model's. The largest concurrency whose median step stays within 10%
    of the model is what one process sustains on this machine.
 
-Usage: python benchmarks/server_overhead.py [overhead|sim|all] [--concurrency 100,250,500,1000]
+Usage: python -m benchmarks.server_overhead [overhead|sim|all] [--concurrency 100,250,500,1000]
 Prints markdown tables. Client and server share this machine's cores, as in a real load test.
 """
 
@@ -18,69 +18,18 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-import aiohttp
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.stream_client import Child, pct, run_streams
 
 
-# -- shared: a server child process and a streaming client ---------------------------------------
-
-
-class Child:
-    def __init__(self, cmd: list[str]):
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
-        )
-        line = self.proc.stdout.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"server did not start: {line!r}")
-        self.url = line.strip().rsplit(" ", 1)[1]
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(120)
-
-
-async def _stream(session: aiohttp.ClientSession, url: str, body: dict, gaps: list[float]) -> int:
-    last = None
-    usage = 0
-    async with session.post(url + "/v1/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.content:
-            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                continue
-            now = time.perf_counter()
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                usage = chunk["usage"]["completion_tokens"]
-            if chunk["choices"]:
-                if last is not None:
-                    gaps.append(now - last)
-                last = now
-    return usage
-
-
-async def run_streams(url: str, bodies: list[dict]) -> tuple[int, float, list[float]]:
-    """All bodies at once; returns (completion tokens, wall seconds, client inter-chunk gaps)."""
-    gaps: list[float] = []
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=1800)
-    ) as session:
-        start = time.perf_counter()
-        tokens = await asyncio.gather(*(_stream(session, url, b, gaps) for b in bodies))
-        return sum(tokens), time.perf_counter() - start, gaps
-
-
-def pct(values: list[float], q: float) -> float:
-    return sorted(values)[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+def streamed(url: str, bodies: list[dict]) -> tuple[int, float, list[float]]:
+    """(completion tokens, wall seconds, client inter-chunk gaps) of all bodies at once."""
+    results, seconds = run_streams(url, bodies)
+    return sum(r.completion_tokens for r in results), seconds, [g for r in results for g in r.gaps]
 
 
 # -- 1. HTTP overhead on tiny-random ----------------------------------------------------------------
@@ -113,14 +62,14 @@ def overhead(args: argparse.Namespace) -> None:
     child = Child([sys.executable, "-m", "reference_engine.server.serve_cli", "--port", "0", *config])
     in_rates, http_rates, all_gaps = [], [], []
     try:
-        asyncio.run(run_streams(child.url, bodies[:2]))  # warm-up
+        streamed(child.url, bodies[:2])  # warm-up
         for _ in range(args.rounds):
             start = time.perf_counter()
             results = built.engine.generate(prompts, params)
             in_rates.append(
                 sum(c.num_output_tokens for r in results for c in r.choices) / (time.perf_counter() - start)
             )
-            tokens, seconds, gaps = asyncio.run(run_streams(child.url, bodies))
+            tokens, seconds, gaps = streamed(child.url, bodies)
             http_rates.append(tokens / seconds)
             all_gaps += gaps
     finally:
@@ -155,7 +104,10 @@ def overhead(args: argparse.Namespace) -> None:
 
 
 def sim_child(argv: list[str]) -> int:
-    """Child mode: a --simulate server that writes its step records to a file when it stops."""
+    """Child mode: a --simulate server (engine core in its own process, as `kvscope engine
+    serve` runs it) whose core writes its step records to a file when it stops."""
+    from reference_engine.core.launch import CoreLaunch
+    from reference_engine.core.process_client import ProcessCoreClient
     from reference_engine.engine_args import (
         add_engine_args,
         engine_config_from_args,
@@ -163,10 +115,9 @@ def sim_child(argv: list[str]) -> int:
     )
     from reference_engine.serve_options import DEFAULT_SHUTDOWN_GRACE_S
     from reference_engine.server.app import create_app
-    from reference_engine.server.metrics import cache_config_labels
     from reference_engine.server.serve_cli import serve
     from reference_engine.server.state import ServerConfig
-    from reference_engine.sim.engine import build_sim_engine
+    from reference_engine.sim.engine import load_sim_tokenizer
 
     ap = argparse.ArgumentParser()
     ap.add_argument("records")
@@ -174,22 +125,10 @@ def sim_child(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     config, spec = engine_config_from_args(a), simulator_config_from_args(a)
     assert spec is not None, "the sim child is started with --simulate"
-    built = build_sim_engine(spec, config)
-    info = cache_config_labels(
-        config.block_size,
-        built.num_blocks,
-        config.kv_cache_dtype,
-        config.enable_prefix_caching,
-        config.allocator,
-    )
-    app = create_app(
-        built.engine, built.tokenizer, ServerConfig(spec.model, "simulated"), info, built.executor.begin_step
-    )
-    code = asyncio.run(serve(app, "127.0.0.1", 0, DEFAULT_SHUTDOWN_GRACE_S))
-    records = [[r.num_seqs, r.num_tokens, r.modelled_s, r.measured_s] for r in built.executor.records]
-    with open(a.records, "w") as f:
-        json.dump(records, f)
-    return code
+    client = ProcessCoreClient(CoreLaunch(config, spec, step_records_path=a.records))
+    client.spawn()
+    app = create_app(client, load_sim_tokenizer(), ServerConfig(spec.model, "simulated"))
+    return asyncio.run(serve(app, "127.0.0.1", 0, DEFAULT_SHUTDOWN_GRACE_S))
 
 
 def sim(args: argparse.Namespace) -> None:
@@ -212,7 +151,8 @@ def sim(args: argparse.Namespace) -> None:
             child = Child(
                 [
                     sys.executable,
-                    os.path.abspath(__file__),
+                    "-m",
+                    "benchmarks.server_overhead",
                     "--sim-child",
                     records_file.name,
                     *deployment,
@@ -231,11 +171,13 @@ def sim(args: argparse.Namespace) -> None:
                     }
                     for i in range(c)
                 ]
-                tokens, wall, gaps = asyncio.run(run_streams(child.url, bodies))
+                tokens, wall, gaps = streamed(child.url, bodies)
             finally:
                 child.stop()
             with open(records_file.name) as f:
-                records = json.load(f)
+                records = [
+                    [r["num_seqs"], r["num_tokens"], r["modelled_s"], r["measured_s"]] for r in json.load(f)
+                ]
         full = [
             r for r in records if r[0] >= 0.95 * c and r[1] == r[0]
         ]  # decode steps with (nearly) all streams

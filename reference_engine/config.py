@@ -22,11 +22,17 @@ AllocatorMode = Literal["paged", "contiguous", "contiguous-oracle"]
 KVCacheDType = Literal["auto", "float32", "float16", "bfloat16", "fp8", "int8"]
 AttentionBackendName = Literal["auto", "torch", "triton"]
 ModelDType = Literal["float32", "float16", "bfloat16"]
+# auto: bfloat16 where it is computed natively, float32 elsewhere (reference_engine.model_dtype).
+ModelDTypeSetting = Literal["auto", "float32", "float16", "bfloat16"]
+# int8: weight-only, one scale per output channel; activations keep their float dtype.
+Quantization = Literal["int8"]
 
 ALLOCATORS: tuple[AllocatorMode, ...] = get_args(AllocatorMode)
 KV_CACHE_DTYPES: tuple[KVCacheDType, ...] = get_args(KVCacheDType)
 ATTENTION_BACKENDS: tuple[AttentionBackendName, ...] = get_args(AttentionBackendName)
 MODEL_DTYPES: tuple[ModelDType, ...] = get_args(ModelDType)
+MODEL_DTYPE_SETTINGS: tuple[ModelDTypeSetting, ...] = get_args(ModelDTypeSetting)
+QUANTIZATIONS: tuple[Quantization, ...] = get_args(Quantization)
 
 DEFAULT_NUM_BLOCKS = 1024
 
@@ -82,8 +88,16 @@ class EngineConfig:
     attention_backend: AttentionBackendName = arg_field(
         "auto", "auto: Triton on CUDA, torch on CPU (default: %(default)s)"
     )
-    # float32 is the fast and exact path on CPU
-    dtype: ModelDType = arg_field("float32", "model compute dtype (default: %(default)s)")
+    dtype: ModelDTypeSetting = arg_field(
+        "auto",
+        "weight and activation dtype; auto: bfloat16 on CUDA and on CPUs with native bf16 matmul "
+        "(AVX512_BF16/AMX), float32 elsewhere; float32 is the exact path (default: %(default)s)",
+    )
+    quantization: Quantization | None = arg_field(
+        None,
+        "int8: weight-only int8 with one scale per output channel (torch's int8 weight-pack matmul, "
+        "bfloat16 activations at each projection), a quarter of float32's weight bytes (default: none)",
+    )
     device: str = arg_field("cpu", "torch device (default: %(default)s)")
     seed: int = arg_field(0, "seed for tiny-random weights (default: %(default)s)")
     # torch intra-op threads. None: half the cores, at least one. Oversubscribed OpenMP
@@ -112,5 +126,11 @@ class EngineConfig:
             raise ConfigError(f"allocator must be one of {', '.join(ALLOCATORS)}, got {self.allocator!r}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ConfigError(f"num_threads must be at least 1, got {self.num_threads}")
+        if self.dtype not in MODEL_DTYPE_SETTINGS:
+            raise ConfigError(f"dtype must be one of {', '.join(MODEL_DTYPE_SETTINGS)}, got {self.dtype!r}")
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ConfigError(
+                f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}"
+            )
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError(f"watermark must be in [0, 1), got {self.watermark}")

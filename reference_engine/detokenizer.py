@@ -9,8 +9,9 @@ the stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 Decode = Callable[[list[int]], str]
 
@@ -60,3 +61,36 @@ class IncrementalDetokenizer:
 
     def final_text(self, cut: int = -1) -> str:
         return self.text if cut < 0 else self.text[:cut]
+
+
+@dataclass(slots=True)
+class StreamDetokenizer(IncrementalDetokenizer):
+    """The same, with the `tokenizers` library's own incremental decoder (`DecodeStream`, as
+    vLLM's fast detokenizer uses): one Rust call per token instead of two window decodes,
+    several times cheaper, which is what the API server pays per token per stream. `tokens`
+    and the window offsets are not kept."""
+
+    backend: Any = None  # a tokenizers.Tokenizer
+    stream: Any = None  # its DecodeStream
+
+    def add(self, token_ids: list[int]) -> None:
+        for token in token_ids:
+            piece = self.stream.step(self.backend, token)
+            if piece:
+                self.text += piece
+
+
+def detokenizer_factory(tokenizer: Any) -> Callable[[Sequence[str]], IncrementalDetokenizer]:
+    """stop strings -> a new detokenizer for one sequence of `tokenizer`'s: the streaming one
+    where its backend is a `tokenizers.Tokenizer`, else the window decoder over `decode`."""
+    backend = getattr(tokenizer, "backend", None)
+    try:
+        import tokenizers
+        from tokenizers.decoders import DecodeStream
+    except ImportError:  # a tokenizers release without DecodeStream (< 0.21)
+        backend = None
+    if backend is None or not isinstance(backend, tokenizers.Tokenizer):
+        return lambda stop: IncrementalDetokenizer(tokenizer.decode, list(stop))
+    return lambda stop: StreamDetokenizer(
+        tokenizer.decode, list(stop), backend=backend, stream=DecodeStream(skip_special_tokens=True)
+    )

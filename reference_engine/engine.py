@@ -3,6 +3,11 @@
 Torch-free on purpose: the forward pass sits behind an `Executor`, so the same engine
 (scheduler, block pool, stop handling, statistics) runs the real model or the simulator's
 cost model.
+
+`detokenize=False` is the engine core's mode (`reference_engine.core`): outputs carry token
+ids only and stop strings are not looked for, because the API server detokenizes and tells
+the core (`finish_sequence`) when a choice hit a stop string, as vLLM V1 splits it. The
+default keeps text and stop strings here, for in-process use (`generate`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from reference_engine.admission import AdmissionLimits, check_admission
 from reference_engine.config import AllocatorMode
 from reference_engine.detokenizer import IncrementalDetokenizer
 from reference_engine.engine_stats import EngineStats
@@ -121,8 +127,11 @@ class LLMEngine:
         eos_token_ids: tuple[int, ...],
         vocab_size: int,
         clock: Callable[[], float] = time.monotonic,
+        detokenize: bool = True,
     ):
         self.executor = executor
+        self.detokenize = detokenize
+        self.allocator = allocator
         self.tokenizer = tokenizer
         self.block_size = block_size
         self.max_model_len = max_model_len
@@ -144,6 +153,7 @@ class LLMEngine:
         self.scheduler = Scheduler(
             SchedulerLimits(max_num_seqs, max_num_batched_tokens, max_model_len), self.kv
         )
+        self.limits = AdmissionLimits(max_model_len, vocab_size, block_size, self.kv.usable_blocks)
         self.groups: dict[str, _Group] = {}
         self.stats = EngineStats(num_blocks=num_blocks, block_size=block_size)
         self._ids = itertools.count()
@@ -163,7 +173,7 @@ class LLMEngine:
         if request_id in self.groups:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        self._check_prompt(token_ids, params)
+        check_admission(token_ids, params, self.limits)
         request = Request(
             request_id=request_id,
             token_ids=token_ids,
@@ -172,30 +182,10 @@ class LLMEngine:
             arrival_time=self.clock() if arrival_time is None else arrival_time,
             eos_token_ids=self.eos_token_ids,
         )
-        self.groups[request_id] = _Group([request], {request_id: self._detokenizer(params)})
+        detokenizers = {request_id: self._detokenizer(params)} if self.detokenize else {}
+        self.groups[request_id] = _Group([request], detokenizers)
         self.scheduler.add_request(request)
         return request
-
-    def _check_prompt(self, token_ids: list[int], params: SamplingParams) -> None:
-        if not token_ids:
-            raise InvalidRequestError("the prompt is empty", "prompt")
-        if any(not isinstance(t, int) or not 0 <= t < self.vocab_size for t in token_ids):
-            raise InvalidRequestError(
-                f"prompt token ids must be integers in [0, {self.vocab_size})", "prompt"
-            )
-        if len(token_ids) >= self.max_model_len:
-            raise InvalidRequestError(
-                f"the prompt has {len(token_ids)} tokens, but max_model_len is {self.max_model_len} "
-                "(the prompt must leave room for at least one output token)",
-                "prompt",
-            )
-        longest = min(len(token_ids) + params.max_tokens, self.max_model_len)
-        if cdiv(longest, self.block_size) > self.kv.usable_blocks:
-            raise InvalidRequestError(
-                f"KV pool too small for this request: {longest} tokens need {cdiv(longest, self.block_size)} "
-                f"blocks of {self.block_size} tokens, the pool has {self.kv.usable_blocks}",
-                "max_tokens",
-            )
 
     def _detokenizer(self, params: SamplingParams) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self.tokenizer.decode, list(params.stop))
@@ -257,20 +247,23 @@ class LLMEngine:
             )
             self.scheduler.fork(parent, child)
             group.sequences.append(child)
-            group.detokenizers[child.request_id] = self._detokenizer(parent.sampling_params)
+            if self.detokenize:
+                group.detokenizers[child.request_id] = self._detokenizer(parent.sampling_params)
 
     def _emit(
         self, seq: Request, group: _Group, new_tokens: list[int], logprobs: list[TokenLogprob]
     ) -> SequenceOutput:
-        detok = group.detokenizers[seq.request_id]
-        detok.add(new_tokens)
         reason = self._finish_reason(seq, new_tokens[-1])
-        cut = detok.find_stop()
-        if cut >= 0:
-            reason = "stop"
+        text = ""
+        if self.detokenize:
+            detok = group.detokenizers[seq.request_id]
+            detok.add(new_tokens)
+            cut = detok.find_stop()
+            if cut >= 0:
+                reason = "stop"
+            text = detok.take(final=reason is not None, cut=cut)
         if reason is not None:
             self.scheduler.finish(seq, RequestStatus(reason))
-        text = detok.take(final=reason is not None, cut=cut)
         return SequenceOutput(seq, new_tokens, text, logprobs, reason is not None, reason)
 
     def _finish_reason(self, seq: Request, token: int) -> str | None:
@@ -284,6 +277,18 @@ class LLMEngine:
     def _drop_finished_groups(self) -> None:
         for gid in [gid for gid, g in self.groups.items() if g.finished]:
             del self.groups[gid]
+
+    def finish_sequence(self, request_id: str, index: int) -> bool:
+        """Finish one choice as stopped and free its blocks now (the API server found a stop
+        string in its text). False if the request or the choice is no longer running."""
+        group = self.groups.get(request_id)
+        seq = next((s for s in group.sequences if s.index == index), None) if group else None
+        if seq is None or seq.is_finished:
+            return False
+        self.scheduler.finish(seq, RequestStatus.FINISHED_STOPPED)
+        if group.finished:
+            del self.groups[request_id]
+        return True
 
     def abort(self, request_id: str) -> bool:
         """Abort every sequence of a request and free its blocks now. False if unknown."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.engine import LLMEngine
 from reference_engine.model.registry import LoadedModel, load_model
+from reference_engine.model_dtype import resolve_model_dtype
 
 
 @dataclass(slots=True)
@@ -24,6 +25,11 @@ class BuiltEngine:
     @property
     def tokenizer(self):
         return self.loaded.tokenizer
+
+    @property
+    def weights(self) -> str:
+        """How the weights are held, for logs and the core's ready message."""
+        return self.loaded.describe_weights()
 
 
 def size_pool(config: EngineConfig, bytes_per_block: int) -> int:
@@ -41,8 +47,13 @@ def size_pool(config: EngineConfig, bytes_per_block: int) -> int:
     return config.default_num_blocks
 
 
-def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> BuiltEngine:
-    """Raises ConfigError or ModelLoadError, before any request can be accepted."""
+def build_engine(
+    config: EngineConfig, loaded: LoadedModel | None = None, detokenize: bool = True
+) -> BuiltEngine:
+    """Raises ConfigError or ModelLoadError, before any request can be accepted.
+
+    `loaded` (a model loaded already) sets the dtype; `config.dtype` must then be `auto` or
+    the same. `detokenize=False` builds an engine core's engine (see `LLMEngine`)."""
     import torch
 
     from reference_engine.attention.backend import get_attention_backend, validate_attention_config
@@ -52,7 +63,16 @@ def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> Bui
 
     config.validate()
     torch.set_num_threads(config.num_threads or max(1, (os.cpu_count() or 2) // 2))
-    loaded = loaded or load_model(config.model, config.dtype, config.device, config.seed)
+    if loaded is None:
+        dtype = resolve_model_dtype(config.dtype, config.device)
+        loaded = load_model(config.model, dtype, config.device, config.seed, config.quantization)
+    elif config.dtype not in ("auto", loaded.dtype_name):
+        raise ConfigError(f"dtype {config.dtype} was asked for, but the model given is {loaded.dtype_name}")
+    elif config.quantization is not None and not loaded.weights:
+        raise ConfigError(
+            f"quantization {config.quantization} was asked for, but the model given is not quantized"
+        )
+    dtype = loaded.dtype_name
     mc = loaded.config
     backend = get_attention_backend(config.attention_backend, config.device)
     validate_attention_config(backend, config.block_size, mc.head_dim, config.kv_cache_dtype, config.device)
@@ -62,7 +82,7 @@ def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> Bui
             f"max_model_len {max_model_len} exceeds the model's context of {mc.max_position_embeddings}"
         )
     bytes_per_block = kv_cache_bytes_per_block(
-        mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.kv_cache_dtype, config.dtype
+        mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.kv_cache_dtype, dtype
     )
     num_blocks = size_pool(config, bytes_per_block)
     caches = allocate_kv_caches(
@@ -72,7 +92,7 @@ def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> Bui
         mc.num_kv_heads,
         mc.head_dim,
         kv_cache_dtype=config.kv_cache_dtype,
-        model_dtype=config.dtype,
+        model_dtype=dtype,
         device=config.device,
     )
     runner = ModelRunner(loaded, caches, config.block_size, backend)
@@ -90,6 +110,7 @@ def build_engine(config: EngineConfig, loaded: LoadedModel | None = None) -> Bui
         watermark=config.watermark,
         eos_token_ids=eos,
         vocab_size=mc.vocab_size,
+        detokenize=detokenize,
     )
     return BuiltEngine(
         engine, loaded, config.model, max_model_len, num_blocks, config.kv_cache_dtype, bytes_per_block

@@ -28,6 +28,10 @@ DEFAULT_KEEP_ALIVE_TIMEOUT_S = 75.0
 DEFAULT_MAX_CONNECTIONS = 4096
 
 LogLevel = Literal["debug", "info", "warning", "error"]
+# process: the engine core in a process of its own (vLLM V1's design). thread: on a thread of
+# the server process (one process to profile or debug; the event loop then shares the
+# interpreter with every step).
+EngineCoreMode = Literal["process", "thread"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,11 @@ class ServeOptions:
         DEFAULT_MAX_CONNECTIONS,
         "open connections at most; one more is answered 503 and closed (default: %(default)s)",
         metavar="N",
+    )
+    engine_core: EngineCoreMode = arg_field(
+        "process",
+        "where the engine core (scheduler, KV cache, model) runs: its own process, or a thread of the "
+        "server process for profiling and debugging (default: %(default)s)",
     )
     access_log: bool = arg_field(False, "log one line per HTTP request")
     log_level: LogLevel = arg_field("info", "(default: %(default)s)")

@@ -25,6 +25,7 @@ from harness.advisor.errors import AdvisorError
 from harness.bundle.deployment import DeploymentFacts
 from reference_engine.catalogue import CatalogueError, get_gpu, get_model, kv_dtype_bytes
 from reference_engine.config import EngineConfig
+from reference_engine.model_dtype import resolve_model_dtype
 from reference_engine.sim.spec import SimSpec
 
 ENGINE_FIELDS = frozenset(f.name for f in fields(EngineConfig))
@@ -88,7 +89,8 @@ class Deployment:
         compute dtype, float32 on CPU; a simulated `auto` is 16-bit, as in vLLM)."""
         name = self.engine.kv_cache_dtype
         if name == "auto":
-            real_cpu_engine = self.bundled and not self.simulated and self.engine.dtype == "float32"
+            dtype = resolve_model_dtype(self.engine.dtype, self.engine.device)
+            real_cpu_engine = self.bundled and not self.simulated and dtype == "float32"
             return "float32" if real_cpu_engine else "auto"
         return name
 

@@ -55,8 +55,10 @@ class TorchAttentionBackend:
     def attention(
         self, query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float
     ) -> torch.Tensor:
-        from reference_engine.attention.torch_backend import paged_attention
+        from reference_engine.attention.torch_backend import paged_attention, paged_decode_attention
 
+        if meta.max_query_len == 1:
+            return paged_decode_attention(query, cache, meta, scale)
         return paged_attention(query, cache, meta, scale)
 
 

@@ -9,7 +9,7 @@ attend causally to every context position up to their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,6 +25,8 @@ class AttentionMetadata:
     # Host copies, so the torch path can loop over requests without device syncs.
     seq_lens_host: list[int]
     query_lens_host: list[int]
+    # What a backend derives from this metadata once per step and reuses in every layer.
+    derived: dict = field(default_factory=dict)
 
     @property
     def num_seqs(self) -> int:

@@ -25,9 +25,11 @@ __all__ = ["LlamaForCausalLM", "ModelConfig", "apply_rope", "build_model", "rope
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    """Rotary frequencies `[head_dim // 2]` in fp32, with the model's RoPE scaling applied."""
+    """Rotary frequencies `[head_dim // 2]` in fp32 on the CPU, with the model's RoPE scaling
+    applied. (Explicitly on the CPU: under a meta-device context, as in `build_model`, these
+    ops would go through torch's Python reference kernels, whose import costs seconds.)"""
     d = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64, device="cpu") / d))
     scaling = config.rope_scaling or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind == "linear":
@@ -52,7 +54,7 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
             f"{config.name}: unsupported rope_scaling type {kind!r} (supported: linear, llama3)"
         )
     if config.rope_freq_factors is not None:
-        inv_freq = inv_freq / torch.tensor(config.rope_freq_factors, dtype=torch.float64)
+        inv_freq = inv_freq / torch.tensor(config.rope_freq_factors, dtype=torch.float64, device="cpu")
     return inv_freq.float()
 
 
@@ -140,7 +142,11 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # An uninitialised weight: every weight is assigned from a checkpoint (build_model), and
+        # a random init on the meta device costs seconds (it imports torch._dynamo).
+        self.embed_tokens = nn.Embedding(
+            config.vocab_size, config.hidden_size, _weight=torch.empty(config.vocab_size, config.hidden_size)
+        )
         self.layers = nn.ModuleList(LlamaDecoderLayer(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 

@@ -31,6 +31,19 @@ class LoadedModel:
     model: LlamaForCausalLM
     tokenizer: Tokenizer
     source: str
+    weights: str = ""  # how the weights are held, when not plainly `dtype` (quantization)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The model's float dtype (of its norms and embedding, also under int8)."""
+        return self.model.model.norm.weight.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+    def describe_weights(self) -> str:
+        return self.weights or self.dtype_name
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -48,13 +61,32 @@ def _looks_like_path(name: str) -> bool:
 
 
 def load_model(
-    name_or_path: str, dtype: str | torch.dtype = "float32", device: str = "cpu", seed: int = 0
+    name_or_path: str,
+    dtype: str | torch.dtype = "float32",
+    device: str = "cpu",
+    seed: int = 0,
+    quantization: str | None = None,
 ) -> LoadedModel:
     """Load a builtin model (`smollm2-135m`, `tiny-random`), a `.gguf` file or an HF folder.
 
-    `seed` only matters for `tiny-random`. Every failure is a ModelLoadError naming the
-    source and the problem.
+    `dtype` is a model dtype (float32, bfloat16, float16; not `auto`: resolve that first, see
+    `reference_engine.model_dtype`). `quantization="int8"` then makes the decoder's projections
+    weight-only int8 (`reference_engine.model.int8_linear`). `seed` only matters for
+    `tiny-random`. Every failure is a ModelLoadError naming the source and the problem.
     """
+    loaded = _load(name_or_path, dtype, device, seed)
+    if quantization == "int8":
+        from reference_engine.model.int8_linear import KERNEL_DTYPE, quantize_model_int8
+
+        quantize_model_int8(loaded.model)
+        kernel = str(KERNEL_DTYPE).removeprefix("torch.")
+        loaded.weights = f"int8 per-channel projections ({kernel} there), {loaded.dtype_name} elsewhere"
+    elif quantization is not None:
+        raise ModelLoadError(f"unsupported quantization {quantization!r} (supported: int8)")
+    return loaded
+
+
+def _load(name_or_path: str, dtype: str | torch.dtype, device: str, seed: int) -> LoadedModel:
     from reference_engine.model.llama import build_model
 
     torch_dtype = resolve_dtype(dtype)

@@ -1,4 +1,4 @@
-"""The aiohttp application: routes, middlewares, and the engine thread's start and stop.
+"""The aiohttp application: routes, middlewares, and the engine core's start and stop.
 
 Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, GET /health,
 GET /metrics. Only /v1/* needs the API key (as in vLLM), so health checks and Prometheus
@@ -19,21 +19,24 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from reference_engine.engine import LLMEngine
-from reference_engine.server.engine_loop import ABORT_WAIT_S, EngineLoop
+from reference_engine.core.client import CoreClient
+from reference_engine.server.async_engine import AsyncEngine
 from reference_engine.server.errors import (
     APIError,
+    engine_dead,
     from_http_exception,
     internal_error,
     shutting_down,
     unauthorized,
 )
 from reference_engine.server.generate import handle_chat, handle_completions
-from reference_engine.server.metrics import LiveGauges, VllmMetrics
 from reference_engine.server.responses import TokenTexts
 from reference_engine.server.state import STATE, ServerConfig, ServerState
 
 log = logging.getLogger("kvscope.server")
+# How long the engine core may take to act on aborts (applied between steps, so this bounds
+# one step plus the abort bookkeeping), and to shut down.
+ABORT_WAIT_S = 5.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -70,8 +73,12 @@ def _auth_middleware(api_key: str) -> Callable:
 
 @web.middleware
 async def draining_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.app[STATE].draining and request.path.startswith("/v1") and request.method == "POST":
-        raise shutting_down()
+    state = request.app[STATE]
+    if request.path.startswith("/v1") and request.method == "POST":
+        if state.engine.dead:
+            raise engine_dead()
+        if state.draining:
+            raise shutting_down()
     return await handler(request)
 
 
@@ -82,7 +89,7 @@ async def handle_models(request: web.Request) -> web.Response:
         "object": "model",
         "created": state.created,
         "owned_by": "kvscope",
-        "root": state.config.model_source,
+        "root": state.config.model_source or state.ready.model_source,
         "parent": None,
         "max_model_len": state.max_model_len,
     }
@@ -91,8 +98,10 @@ async def handle_models(request: web.Request) -> web.Response:
 
 async def handle_health(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    if state.loop is not None and state.loop.failed is not None:
+    if state.engine.failed:
         return web.Response(status=500, text="engine failed\n")
+    if state.engine.dead:
+        return web.Response(status=503, text="engine core stopped\n")
     if state.draining:
         return web.Response(status=503, text="shutting down\n")
     return web.Response(text="")
@@ -103,29 +112,14 @@ async def handle_metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 
-def live_gauges(engine: LLMEngine) -> LiveGauges:
-    """Scrape-time readers. Lengths and the free-block count are single reads, safe while the
-    engine thread mutates them."""
-    scheduler, pool = engine.scheduler, engine.kv.pool
-    return LiveGauges(lambda: len(scheduler.running), lambda: len(scheduler.waiting), pool.usage)
-
-
-def create_app(
-    engine: LLMEngine,
-    tokenizer,
-    config: ServerConfig,
-    cache_info: dict[str, str],
-    on_step_start: Callable[[float], None] | None = None,
-) -> web.Application:
-    """An app serving `engine`. The engine thread starts with the app and stops with it;
-    nothing else may touch `engine` while the app runs."""
-    metrics = VllmMetrics(config.served_model_name, engine.max_model_len, cache_info, live_gauges(engine))
+def create_app(client: CoreClient, tokenizer, config: ServerConfig) -> web.Application:
+    """An app serving the engine core behind `client`. The core starts with the app (which
+    waits until it is ready) and stops with it."""
+    engine = AsyncEngine(client, tokenizer)
     state = ServerState(
         config=config,
         tokenizer=tokenizer,
-        max_model_len=engine.max_model_len,
-        vocab_size=engine.vocab_size,
-        metrics=metrics,
+        engine=engine,
         token_texts=TokenTexts(tokenizer.decode),
         created=int(time.time()),
     )
@@ -142,12 +136,10 @@ def create_app(
     app.router.add_get("/metrics", handle_metrics)
 
     async def start_engine(app: web.Application) -> None:
-        state.loop = EngineLoop(engine, metrics, asyncio.get_running_loop(), on_step_start)
-        state.loop.start()
+        await engine.start(config.served_model_name)
 
     async def stop_engine(app: web.Application) -> None:
-        if state.loop is not None:
-            await asyncio.get_running_loop().run_in_executor(None, state.loop.stop)
+        await engine.stop(ABORT_WAIT_S)
 
     app.on_startup.append(start_engine)
     app.on_cleanup.append(stop_engine)
@@ -159,15 +151,15 @@ async def drain(app: web.Application, grace_s: float) -> bool:
     rest (their streams end with finish_reason "abort"). True if nothing had to be aborted."""
     state = app[STATE]
     state.draining = True
-    loop = state.engine_loop
+    engine = state.engine
     deadline = time.monotonic() + grace_s
-    while loop.num_in_flight and time.monotonic() < deadline:
+    while engine.num_in_flight and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    clean = loop.num_in_flight == 0
+    clean = engine.num_in_flight == 0
     if not clean:
-        log.warning("grace period over: aborting %d in-flight requests", loop.num_in_flight)
-        loop.abort_all()
+        log.warning("grace period over: aborting %d in-flight requests", engine.num_in_flight)
+        engine.abort_all()
         deadline = time.monotonic() + ABORT_WAIT_S
-        while loop.num_in_flight and time.monotonic() < deadline:
+        while engine.num_in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
     return clean

@@ -12,13 +12,19 @@ import asyncio
 import logging
 import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from reference_engine.server.http_guard import GuardedAppRunner, HttpLimits
 from reference_engine.server.log_limit import RateLimitedLog
-from reference_engine.server.state import STATE, ServerState
+from reference_engine.server.state import STATE, ServerConfig, ServerState
+
+if TYPE_CHECKING:
+    from reference_engine.core.launch import CoreLaunch
+
+# The app's startup waits for the engine core, which may load a model first.
+READY_TIMEOUT_S = 300.0
 
 
 class BackgroundServer:
@@ -70,7 +76,7 @@ class BackgroundServer:
 
     def start(self) -> BackgroundServer:
         self._thread.start()
-        self._ready.wait(60)
+        self._ready.wait(READY_TIMEOUT_S)
         if self._error is not None:
             raise RuntimeError(f"server failed to start: {self._error}") from self._error
         return self
@@ -89,3 +95,22 @@ class BackgroundServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def serve_in_background(
+    launch: CoreLaunch,
+    served_model_name: str,
+    api_key: str | None = None,
+    engine_core: str = "process",
+    limits: HttpLimits | None = None,
+) -> BackgroundServer:
+    """A server for `launch` (not started: use `with` or `.start()`), its engine core in a
+    process of its own (as `kvscope engine serve` runs it) or, with engine_core="thread", on a
+    thread of this process."""
+    from reference_engine.server.app import create_app
+    from reference_engine.server.serve_cli import open_core
+
+    client, tokenizer = open_core(launch, engine_core)
+    return BackgroundServer(
+        create_app(client, tokenizer, ServerConfig(served_model_name, api_key=api_key)), limits=limits
+    )

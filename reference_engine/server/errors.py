@@ -81,6 +81,16 @@ def engine_failed() -> APIError:
     )
 
 
+def engine_dead() -> APIError:
+    return APIError(
+        503,
+        "The engine core process has stopped; this server is shutting down.",
+        "service_unavailable",
+        None,
+        "engine_dead",
+    )
+
+
 def internal_error() -> APIError:
     return APIError(500, "Internal server error; see the server log.", "server_error", None, None)
 

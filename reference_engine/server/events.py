@@ -1,10 +1,10 @@
-"""The messages between the event loop and the engine thread, and a request's stream end.
+"""What the API server's request handlers receive: a request's `Submission` going in, and the
+`Event`s of its `RequestStream` coming out.
 
-Loop -> engine: one `Command` at a time on the engine's inbox (`AddRequest` carrying a
-`Submission`, `AbortRequest`, `Shutdown`). Engine -> loop: lists of `Event`s on the request's
-`RequestStream`, in engine order: `Admitted` (or `Failed`) first, then `PromptLogprobs` once
-if asked for, `Delta`s, and finally `Outcome` (or `Failed`). All frozen: once handed to the
-other thread, nothing in them changes.
+Events arrive in batches, one per engine-core iteration, in core order: `Admitted` (or
+`Failed`) first, then `PromptLogprobs` once if asked for, `Delta`s, and finally `Outcome`
+(or `Failed`). Once handed over, nothing in them changes (all frozen but `Delta`, which is made
+for every token of every stream and skips frozen's cost).
 """
 
 from __future__ import annotations
@@ -27,40 +27,12 @@ class Submission:
     arrival_unix: float
 
 
-# -- commands, event loop -> engine thread ----------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AddRequest:
-    """Admit `submission`; its events go to `stream`."""
-
-    submission: Submission
-    stream: RequestStream
-
-
-@dataclass(frozen=True, slots=True)
-class AbortRequest:
-    """Stop a request and free its blocks. A client abort (the client left) is silent; a
-    server abort (`notify`, at shutdown) tells the stream, whose choices end with "abort"."""
-
-    request_id: str
-    notify: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Shutdown:
-    """Abort whatever is still running and end the engine thread."""
-
-
-Command = AddRequest | AbortRequest | Shutdown
-
-
-# -- events, engine thread -> one stream ------------------------------------------------
+# -- events, to one stream ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
-    """The engine accepted the request (its own checks passed); a stream may start."""
+    """The request passed admission (`check_admission`) and went to the core; a stream may start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +42,7 @@ class PromptLogprobs:
     by_position: dict[int, TokenLogprob]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per token per stream, and frozen init costs more
 class Delta:
     index: int
     token_ids: list[int]
@@ -99,12 +71,18 @@ Event = Admitted | PromptLogprobs | Delta | Outcome | Failed
 
 @dataclass(eq=False, slots=True)
 class RequestStream:
-    """The event loop's end of one request. `done` is set by the consumer once it has seen a
-    terminal event, so that its cleanup knows not to abort."""
+    """The handler's end of one request. Queue items are (produced, events): the core's
+    monotonic timestamp of the iteration that produced the events (0.0 for events the server
+    made itself), which `next_events` keeps in `produced` for the writer's delay metric."""
 
     request_id: str
-    queue: asyncio.Queue[list[Event]] = field(default_factory=asyncio.Queue)
-    done: bool = False
+    queue: asyncio.Queue[tuple[float, list[Event]]] = field(default_factory=asyncio.Queue)
+    produced: float = 0.0
 
     async def next_events(self) -> list[Event]:
-        return await self.queue.get()
+        """The next batch, and every batch queued behind it: a handler that fell behind the core
+        catches up in one write instead of one per step. `produced` is the oldest batch's."""
+        self.produced, events = await self.queue.get()
+        while not self.queue.empty():
+            events = events + self.queue.get_nowait()[1]
+        return events

@@ -1,9 +1,10 @@
-"""The two generation endpoints: parse, tokenize, hand to the engine thread, answer.
+"""The two generation endpoints: parse, tokenize, hand to the engine, answer.
 
 Order of checks (each a 4xx before anything reaches the engine): JSON, fields, model name,
-chat template, token ids, context length. Then the engine's own admission checks (e.g. a
-request larger than the whole KV pool) come back as the stream's first event, still before
-any response bytes are sent, so they too are proper 400s rather than broken streams.
+chat template, token ids, context length, then the engine's own admission checks (e.g. a
+request larger than the whole KV pool), which `AsyncEngine.submit` runs before the request
+leaves for the core. A refusal by the core itself still comes back as the stream's first
+event, before any response bytes are sent.
 
 Whatever way a handler ends (finished, client gone, cancelled), `release` runs: a request the
 client no longer waits for is aborted in the engine and its KV blocks freed at once.
@@ -111,17 +112,16 @@ async def _generate(
         prompt_text,
         state.token_texts,
     )
-    stream = state.engine_loop.submit(Submission(gen.rid, prompt_ids, req.params, arrival, arrival_unix))
+    stream = state.engine.submit(Submission(gen.rid, prompt_ids, req.params, arrival, arrival_unix))
     try:
         events = await stream.next_events()
-        if isinstance(events[0], Failed):  # refused by the engine's own admission checks
-            stream.done = True
+        if isinstance(events[0], Failed):  # refused by the core
             raise events[0].error
         if req.stream:
             return await stream_sse(request, gen, stream, events[1:])
         return await _collect(gen, stream, events[1:])
     finally:
-        state.engine_loop.release(stream)
+        state.engine.release(stream)
 
 
 async def _collect(gen: Generation, stream: RequestStream, events: list[Event]) -> web.Response:
@@ -141,10 +141,8 @@ async def _collect(gen: Generation, stream: RequestStream, events: list[Event]) 
             elif isinstance(event, PromptLogprobs):
                 gen.prompt_logprobs = event.by_position
             elif isinstance(event, Failed):
-                stream.done = True
                 raise event.error
             elif isinstance(event, Outcome):
-                stream.done = True
                 body = _final_body(gen, texts, token_ids, logprobs, reasons, event)
                 return web.json_response(body, headers={HEADER: event.timing.header_value()})
         events = await stream.next_events()

@@ -4,36 +4,40 @@ Why vLLM's dialect: dashboards, alert rules and the exporter's vLLM parser then 
 reference engine unchanged. Every family carries `model_name` (the served model name) and
 `engine="0"`, as vLLM V1 does for engine core 0.
 
-Where values come from:
-- gauges (running, waiting, KV usage) are read live from the scheduler and block pool at
-  scrape time, so an idle server reports 0 immediately after requests end or abort;
+Where values come from (the engine core runs in another process or thread; see
+`reference_engine.core.messages`):
+- gauges (running, waiting, KV usage) are the core's `CoreStats` as of its latest iteration;
+  the core sends a record after every step and after commands it applied while idle (an
+  abort), so an idle server reports 0 as soon as requests end or abort;
 - counters of engine work (prompt/generation tokens, prefix-cache queries/hits,
-  preemptions) advance by the engine's own `EngineStats` deltas after each step, so they
-  equal what the engine did, not what the server thinks it did;
+  preemptions) advance by the differences of the core's cumulative counters, so they equal
+  what the engine did, not what the server thinks it did;
 - histograms are observed per sequence (one choice of an n > 1 request is one sequence,
   as in vLLM, where each choice is its own engine request), at its first token, each later
-  token, and when it finishes (stop, length or abort).
+  token, and when it finishes (stop, length or abort), from the core's timestamps;
+- `kvscope:stream_write_delay_seconds` is the server's own: from the moment the core produced
+  a step's tokens to the moment their SSE chunk was written to the client's connection.
 
 Decision on `_created` series: vLLM V1 emits them; we do not. In the Prometheus text format
 they appear as separate gauge families (`..._created`) that double the series count and
 read as metrics of their own; vLLM V0 switched them off too. They are filtered from this
 registry's output only (prometheus_client's switch for them is process-global).
 
-Thread safety: the engine thread observes, the event loop renders; prometheus_client's
-metric objects lock internally, and the live gauges only read ints and list lengths.
+Thread safety: everything is observed and rendered on the event loop's thread.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from reference_engine.engine_stats import EngineStats
-from reference_engine.request import Request
+from reference_engine.core.messages import CoreStats
+from reference_engine.server.timing import SequenceTimes
 
 TTFT_BUCKETS = (
     0.001,
@@ -103,6 +107,24 @@ REQUEST_LATENCY_BUCKETS = (
     1920.0,
     7680.0,
 )
+# Server-side write delay: sub-millisecond resolution where a healthy server sits.
+WRITE_DELAY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.004,
+    0.005,
+    0.0075,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 FINISH_REASONS = ("stop", "length", "abort")
@@ -133,9 +155,14 @@ def cache_config_labels(
     }
 
 
+class FinishedSequence(SequenceTimes, Protocol):
+    num_prompt_tokens: int
+    num_output_tokens: int
+
+
 @dataclass(frozen=True, slots=True)
 class LiveGauges:
-    """Readers for the scrape-time gauges; each must be cheap and safe from another thread."""
+    """Readers for the scrape-time gauges; each must be cheap."""
 
     num_running: Callable[[], float]
     num_waiting: Callable[[], float]
@@ -248,15 +275,19 @@ class VllmMetrics:
             registry=reg,
         )
         info.labels(*cache_info.values(), "0").set(1)
-        self._last = EngineStats(num_blocks=0, block_size=0)
+        self.write_delay = histogram(
+            "kvscope:stream_write_delay_seconds",
+            "Server-side delay from a step's tokens existing in the engine core to their SSE chunk "
+            "being written.",
+            WRITE_DELAY_BUCKETS,
+        )
+        self._last = CoreStats()
 
-    # -- engine thread -----------------------------------------------------------------
-
-    def observe_step(self, stats: EngineStats) -> None:
-        """Advance the counters by what the engine did since the last call."""
+    def observe_stats(self, stats: CoreStats) -> None:
+        """Advance the counters by what the engine did since the previous record."""
+        for tokens in stats.step_tokens:
+            self.iteration_tokens.observe(tokens)
         last = self._last
-        if stats.steps > last.steps:
-            self.iteration_tokens.observe(stats.last_step_tokens)
         for counter, now, before in (
             (self.prompt_tokens, stats.prompt_tokens, last.prompt_tokens),
             (self.generation_tokens, stats.generation_tokens, last.generation_tokens),
@@ -266,16 +297,7 @@ class VllmMetrics:
         ):
             if now > before:
                 counter.inc(now - before)
-        last.steps, last.prompt_tokens, last.generation_tokens = (
-            stats.steps,
-            stats.prompt_tokens,
-            stats.generation_tokens,
-        )
-        last.num_preemptions = stats.num_preemptions
-        last.prefix_cache_queries, last.prefix_cache_hits = (
-            stats.prefix_cache_queries,
-            stats.prefix_cache_hits,
-        )
+        self._last = stats
 
     def observe_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
@@ -283,7 +305,10 @@ class VllmMetrics:
     def observe_inter_token(self, seconds: float) -> None:
         self.itl.observe(seconds)
 
-    def observe_finished(self, seq: Request, reason: str) -> None:
+    def observe_write_delay(self, seconds: float) -> None:
+        self.write_delay.observe(seconds)
+
+    def observe_finished(self, seq: FinishedSequence, reason: str) -> None:
         """One finished sequence. Stages it never reached (an abort while queued) are skipped."""
         self.request_success[reason if reason in self.request_success else "abort"].inc()
         if seq.finished_time is None:
@@ -298,8 +323,6 @@ class VllmMetrics:
             if seq.first_token_time is not None:
                 self.prefill_time.observe(seq.first_token_time - seq.first_scheduled_time)
                 self.decode_time.observe(seq.finished_time - seq.first_token_time)
-
-    # -- event loop --------------------------------------------------------------------
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self._view), CONTENT_TYPE_LATEST

@@ -6,7 +6,9 @@ the `engine` command.
 
 Lifecycle: SIGTERM or SIGINT stops admission (new /v1 requests get 503, /health turns 503),
 lets in-flight requests finish for up to --shutdown-grace seconds, aborts what is left
-(those streams end with finish_reason "abort"), closes the listener and exits 0.
+(those streams end with finish_reason "abort"), stops the engine core, closes the listener
+and exits 0. If the engine core process dies, in-flight requests end with a 503 error, new
+ones get 503, and the server stops with exit status 1.
 """
 
 from __future__ import annotations
@@ -48,9 +50,9 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from reference_engine.core.launch import CoreLaunch
     from reference_engine.model.errors import ModelLoadError
     from reference_engine.server.app import create_app
-    from reference_engine.server.metrics import cache_config_labels
     from reference_engine.server.state import ServerConfig
 
     try:
@@ -58,43 +60,41 @@ def run_serve(args: argparse.Namespace) -> int:
         limits = options.http_limits()
         config = engine_config_from_args(args)
         spec = simulator_config_from_args(args)
-        if spec is not None:
-            from reference_engine.sim.engine import build_sim_engine
-
-            built = build_sim_engine(spec, config)
-            source = f"simulated {built.model_name} on {spec.tensor_parallel_size} x {spec.gpu}"
-            on_step_start = built.executor.begin_step
-            default_name = spec.model
-        else:
-            from reference_engine.engine_factory import build_engine
-
-            built = build_engine(config)
-            source, on_step_start, default_name = built.loaded.source, None, config.model
+        config.validate()
+        client, tokenizer = open_core(CoreLaunch(config, spec), options.engine_core)
     except (OSError, ValueError, ModelLoadError) as exc:
         print(f"kvscope engine serve: error: {exc}", file=sys.stderr)
         return 2
-    cache_info = cache_config_labels(
-        config.block_size,
-        built.num_blocks,
-        built.kv_cache_dtype,
-        config.enable_prefix_caching,
-        config.allocator,
-    )
-    server_config = ServerConfig(options.served_model_name or default_name, source, api_key)
-    app = create_app(built.engine, built.tokenizer, server_config, cache_info, on_step_start)
-    log.info(
-        "serving %s (%s): %d KV blocks x %d tokens, max_model_len %d%s",
-        server_config.served_model_name,
-        source,
-        built.num_blocks,
-        config.block_size,
-        built.max_model_len,
-        ", API key required" if api_key else "",
-    )
+    name = options.served_model_name or (spec.model if spec is not None else config.model)
+    app = create_app(client, tokenizer, ServerConfig(name, api_key=api_key))
     warn_if_few_file_descriptors(limits.max_connections)
     return asyncio.run(
         serve(app, options.host, options.port, options.shutdown_grace, options.access_log, limits)
     )
+
+
+def open_core(launch, mode: str):
+    """(core client, the server's tokenizer). In process mode the tokenizer loads here, without
+    the weights, and the core process starts at once to load the model meanwhile."""
+    if mode == "thread":
+        from reference_engine.core.client import ThreadCoreClient
+        from reference_engine.core.launch import build_core
+
+        built = build_core(launch)
+        return ThreadCoreClient(built.engine, built.ready, built.on_step_start), built.engine.tokenizer
+    from reference_engine.core.process_client import ProcessCoreClient
+
+    if launch.sim is not None:
+        from reference_engine.sim.engine import load_sim_tokenizer
+
+        tokenizer = load_sim_tokenizer()
+    else:
+        from reference_engine.model.tokenizer_source import load_tokenizer
+
+        tokenizer = load_tokenizer(launch.config.model)
+    client = ProcessCoreClient(launch)
+    client.spawn()
+    return client, tokenizer
 
 
 def warn_if_few_file_descriptors(max_connections: int) -> None:
@@ -118,12 +118,15 @@ async def serve(
     access_log: bool = False,
     limits: HttpLimits | None = None,
 ) -> int:
-    """Run until SIGTERM/SIGINT, then drain (see the module doc). Returns the exit code."""
+    """Run until SIGTERM/SIGINT (or the engine core process dies), then drain (see the module
+    doc). Returns the exit code: 0 after a signal, 1 if the core died, 2 if it never started."""
     from aiohttp import web
 
+    from reference_engine.core.client import CoreStartError
     from reference_engine.server.app import drain
     from reference_engine.server.http_guard import GuardedAppRunner
     from reference_engine.server.log_limit import RateLimitedLog
+    from reference_engine.server.state import STATE
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -136,18 +139,43 @@ async def serve(
         handler_cancellation=True,
         access_log=log if access_log else None,
     )
-    await runner.setup()
+    try:
+        await runner.setup()  # starts the engine core and waits until it is ready
+    except CoreStartError as exc:
+        print(f"kvscope engine serve: error: {exc}", file=sys.stderr)
+        await runner.cleanup()
+        return 2
+    state = app[STATE]
+    ready = state.ready
+    log.info(
+        "serving %s (%s, weights %s): %d KV blocks x %d tokens, max_model_len %d, engine core %s%s",
+        state.config.served_model_name,
+        ready.model_source,
+        ready.weights,
+        ready.num_blocks,
+        ready.block_size,
+        ready.max_model_len,
+        f"pid {ready.pid}" if ready.pid else "in a thread",
+        ", API key required" if state.config.api_key else "",
+    )
     site = web.TCPSite(runner, host, port)
     await site.start()
     for address in runner.addresses:
         # One machine-readable line, so a parent process can find a port chosen with --port 0.
         print(f"kvscope engine serve: listening on http://{address[0]}:{address[1]}", flush=True)
-    await stop.wait()
+    engine = state.engine
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(engine.dead_event.wait())]
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waiters:
+        waiter.cancel()
+    if engine.dead:
+        log.error("the engine core is gone: failing what was in flight and stopping")
+        grace_s = 0.0
     log.info("shutting down: no new requests; %.1f s grace for in-flight ones", grace_s)
     clean = await drain(app, grace_s)
     await runner.cleanup()
     log.info("stopped (%s)", "all requests finished" if clean else "some requests were aborted")
-    return 0
+    return 1 if engine.dead else 0
 
 
 def main(argv: list[str] | None = None) -> int:

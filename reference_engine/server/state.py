@@ -11,7 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from reference_engine.server.engine_loop import EngineLoop
+from reference_engine.core.messages import CoreReady
+from reference_engine.server.async_engine import AsyncEngine
 from reference_engine.server.metrics import VllmMetrics
 from reference_engine.server.responses import TokenTexts
 
@@ -19,31 +20,43 @@ from reference_engine.server.responses import TokenTexts
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     """`served_model_name` is what clients put in `model` and what metrics carry as
-    `model_name`; `model_source` is where the weights came from (shown as `root`)."""
+    `model_name`; `model_source` is where the weights came from (shown as `root`; empty: as
+    the engine core reports it)."""
 
     served_model_name: str
-    model_source: str
+    model_source: str = ""
     api_key: str | None = None
     max_body_bytes: int = 8 << 20
 
 
 @dataclass(slots=True)
 class ServerState:
+    """`engine` is started with the app; the properties below are valid from then on."""
+
     config: ServerConfig
     tokenizer: Any  # encode / decode / apply_chat_template
-    max_model_len: int
-    vocab_size: int
-    metrics: VllmMetrics
+    engine: AsyncEngine
     token_texts: TokenTexts
     created: int
-    loop: EngineLoop | None = None  # set at startup, when the event loop exists
     draining: bool = False
 
     @property
-    def engine_loop(self) -> EngineLoop:
-        if self.loop is None:
-            raise RuntimeError("the engine loop starts with the app")
-        return self.loop
+    def ready(self) -> CoreReady:
+        if self.engine.ready is None:
+            raise RuntimeError("the engine core starts with the app")
+        return self.engine.ready
+
+    @property
+    def max_model_len(self) -> int:
+        return self.ready.max_model_len
+
+    @property
+    def vocab_size(self) -> int:
+        return self.ready.vocab_size
+
+    @property
+    def metrics(self) -> VllmMetrics:
+        return self.engine.metrics
 
 
 STATE: web.AppKey[ServerState] = web.AppKey("kvscope_state", ServerState)

@@ -3,8 +3,10 @@ final chunk carrying `kvscope` (and `usage` with `stream_options.include_usage`)
 `data: [DONE]`.
 
 All events a step produced for this request go out in one write, so the number of writes
-per second scales with steps, not tokens x choices. A write to a client that has gone away
-raises ConnectionResetError; the handler then returns and its `release` aborts the request.
+per second scales with steps, not tokens x choices. After each write carrying tokens, the
+delay since the core produced them goes to `kvscope:stream_write_delay_seconds`. A write to a
+client that has gone away raises ConnectionResetError; the handler then returns and its
+`release` aborts the request.
 
 Chunk rules (as OpenAI and vLLM): a chat choice's first chunk carries `role`; a choice's last
 chunk carries its `finish_reason`; with `include_usage` every chunk has `"usage": null` and an
@@ -14,8 +16,9 @@ chunk starts with the prompt (and its logprobs, the first being null).
 
 from __future__ import annotations
 
-import json
+import time
 
+import msgspec
 from aiohttp import web
 
 from reference_engine.server.events import Delta, Event, Failed, Outcome, PromptLogprobs, RequestStream
@@ -29,6 +32,7 @@ from reference_engine.server.responses import (
     completion_logprobs,
     usage_chunk,
 )
+from reference_engine.server.state import STATE
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -39,7 +43,10 @@ _DONE = b"data: [DONE]\n\n"
 
 
 def _sse(obj: dict) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    # msgspec: compact UTF-8 JSON like json.dumps(separators=(",", ":"), ensure_ascii=False),
+    # an order of magnitude faster (one chunk per stream per step adds up at hundreds of
+    # streams); a non-finite float becomes null, where json.dumps would write invalid JSON.
+    return b"data: " + msgspec.json.encode(obj) + b"\n\n"
 
 
 class _ChunkBuilder:
@@ -86,6 +93,7 @@ async def stream_sse(
     await response.prepare(request)
     builder = _ChunkBuilder(gen)
     include_usage = gen.req.include_usage
+    metrics = request.app[STATE].metrics
     try:
         while True:
             chunks: list[dict] = []
@@ -112,10 +120,11 @@ async def stream_sse(
                     chunks.append(event.error.body())
             payload = b"".join(_sse(c) for c in chunks)
             if done:
-                stream.done = True
                 payload += _DONE
             if payload:
                 await response.write(payload)
+                if stream.produced:
+                    metrics.observe_write_delay(time.monotonic() - stream.produced)
             if done:
                 break
             events = await stream.next_events()

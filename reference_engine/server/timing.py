@@ -2,9 +2,9 @@
 
 A client measures TTFT and E2E including the network and its own event loop; these are the
 server's side of the same request, so the harness can split the two. All durations come from
-the engine's monotonic stamps on the request (arrival at the HTTP handler, first scheduled,
-first token, finished); `arrival_unix` is the one wall-clock value, to line requests up with
-scraped metrics.
+monotonic stamps: arrival (the HTTP handler's), then first scheduled, first token and finished
+(the engine core's, carried across in `SeqTiming`); `arrival_unix` is the one wall-clock value,
+to line requests up with scraped metrics.
 
 Invariant: queue_time_s + prefill_time_s == ttft_s, and ttft_s + decode_time_s == e2e_s
 (up to rounding), whenever the request was scheduled and produced a token.
@@ -15,10 +15,20 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-
-from reference_engine.request import Request
+from typing import Protocol
 
 HEADER = "x-kvscope-timing"
+
+
+class SequenceTimes(Protocol):
+    """The stamps of one choice (an engine `Request`, or the server's `ChoiceState`)."""
+
+    arrival_time: float
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    finished_time: float | None
+    num_preemptions: int
+    num_cached_tokens: int
 
 
 def _span(start: float | None, end: float | None) -> float | None:
@@ -45,7 +55,7 @@ class RequestTiming:
     arrival_unix: float
 
     @classmethod
-    def from_sequences(cls, sequences: Sequence[Request], arrival_unix: float) -> RequestTiming:
+    def from_sequences(cls, sequences: Sequence[SequenceTimes], arrival_unix: float) -> RequestTiming:
         first = sequences[0]
         finished = [s.finished_time for s in sequences if s.finished_time is not None]
         last = max(finished) if finished else None

@@ -38,15 +38,10 @@ class SimEngine:
 
 def load_sim_tokenizer():
     """SmolLM2's byte-level BPE tokenizer, read from the GGUF metadata only (no weights)."""
-    import gguf
-
     from reference_engine.model.builtin import smollm2_gguf_path
-    from reference_engine.model.tokenizer import tokenizer_from_gguf
+    from reference_engine.model.tokenizer_source import gguf_tokenizer
 
-    path = smollm2_gguf_path()
-    reader = gguf.GGUFReader(path, "r")
-    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.")}
-    return tokenizer_from_gguf(fields, path)
+    return gguf_tokenizer(smollm2_gguf_path())
 
 
 def word_vocabulary(tokenizer) -> list[int]:
@@ -77,10 +72,12 @@ def build_sim_engine(
     vocab: Sequence[int] | None = None,
     sleep: bool = True,
     step_cost: StepTimeModel | None = None,
+    detokenize: bool = True,
 ) -> SimEngine:
     """Raises ConfigError for an unknown model or GPU, a model that does not fit, or a
     max_model_len that one request cannot hold. `step_cost` times the steps instead of the
-    catalogue's cost model (which still sizes the pool): a calibration hook."""
+    catalogue's cost model (which still sizes the pool): a calibration hook.
+    `detokenize=False` builds an engine core's engine (see `LLMEngine`)."""
     config.validate()
     try:
         model, gpu = get_model(spec.model), get_gpu(spec.gpu)
@@ -126,6 +123,7 @@ def build_sim_engine(
         watermark=config.watermark,
         eos_token_ids=eos,
         vocab_size=tokenizer.vocab_size,
+        detokenize=detokenize,
     )
     return SimEngine(
         engine, executor, tokenizer, model.name, max_model_len, num_blocks, config.kv_cache_dtype, cost

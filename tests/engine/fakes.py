@@ -57,6 +57,7 @@ def make_engine(
     enable_prefix_caching=True,
     allocator="paged",
     watermark=0.0,
+    detokenize=True,
 ) -> LLMEngine:
     return LLMEngine(
         executor=ContextHashExecutor(),
@@ -71,6 +72,7 @@ def make_engine(
         watermark=watermark,
         eos_token_ids=(EOS,),
         vocab_size=VOCAB,
+        detokenize=detokenize,
     )
 
 

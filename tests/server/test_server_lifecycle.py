@@ -1,6 +1,7 @@
 """Refusals in OpenAI's error format (401, 404, 400, 503), and the process lifecycle: the
 server started as a subprocess, SIGTERM stops admission, lets in-flight requests finish (or
-aborts them after the grace period) and exits 0; the API key never reaches the log."""
+aborts them after the grace period) and exits 0; the API key never reaches the log; an engine
+core process that dies makes the server answer 503 and exit non-zero."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ import openai
 import pytest
 
 from reference_engine.config import EngineConfig
-from reference_engine.engine_factory import build_engine
+from reference_engine.core.client import ThreadCoreClient
+from reference_engine.core.launch import CoreLaunch, ready_of
 from reference_engine.server.app import create_app
-from reference_engine.server.background import BackgroundServer
+from reference_engine.server.background import BackgroundServer, serve_in_background
 from reference_engine.server.state import ServerConfig
 from tests.support.paths import ROOT
 
@@ -60,16 +62,8 @@ def error_of(payload: bytes) -> dict:
 
 @pytest.fixture(scope="module")
 def keyed():
-    built = build_engine(EngineConfig(model="tiny-random", num_blocks=128, max_model_len=64))
-    info = {
-        "block_size": "16",
-        "num_gpu_blocks": "128",
-        "cache_dtype": "auto",
-        "enable_prefix_caching": "True",
-        "allocator": "paged",
-    }
-    app = create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random", api_key=KEY), info)
-    with BackgroundServer(app) as server:
+    launch = CoreLaunch(EngineConfig(model="tiny-random", num_blocks=128, max_model_len=64))
+    with serve_in_background(launch, MODEL, api_key=KEY) as server:
         yield server
 
 
@@ -160,6 +154,7 @@ class ServerProcess:
             text=True,
             env={**os.environ, **(env or {})},
             cwd=ROOT,
+            start_new_session=True,  # its own process group, as a terminal's job is
         )
         self.stderr: list[str] = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
@@ -259,6 +254,30 @@ def test_sigterm_aborts_what_outlives_the_grace_period():
     assert final["choices"][0]["finish_reason"] == "abort" and final["kvscope"]["e2e_s"] > 0
 
 
+def test_ctrl_c_to_the_whole_process_group_still_drains():
+    """A terminal's Ctrl-C (or a service manager's stop) signals every process of the group, the
+    engine core included. The core ignores it and keeps serving until the server has let the
+    in-flight request finish."""
+    server = ServerProcess(
+        "--model",
+        "tiny-random",
+        "--served-model-name",
+        MODEL,
+        "--num-blocks",
+        "128",
+        "--shutdown-grace",
+        "300",
+    )
+    thread, events = stream_in_background(server.port, stream_body(300))
+    os.killpg(server.proc.pid, signal.SIGINT)
+    thread.join(60)
+    assert server.wait() == 0
+    final = json.loads(events[-2])
+    assert (
+        final["choices"][0]["finish_reason"] == "length" and final["usage" if "usage" in final else "kvscope"]
+    )
+
+
 def test_bad_configuration_exits_2_with_a_message():
     proc = subprocess.run(
         [
@@ -293,9 +312,10 @@ def test_an_engine_failure_is_a_500_and_unhealthy(caplog):
     500, later ones too, and /health says so (a supervisor should restart the server)."""
     from tests.engine.fakes import make_engine
 
-    engine = make_engine()
+    engine = make_engine(detokenize=False)
     engine.executor = ExplodingExecutor()
-    app = create_app(engine, engine.tokenizer, ServerConfig(MODEL, "fake"), {"block_size": "4"})
+    client = ThreadCoreClient(engine, ready_of(engine, MODEL, "fake"))
+    app = create_app(client, engine.tokenizer, ServerConfig(MODEL))
     with BackgroundServer(app) as server:
         for _ in range(2):
             status, payload, _ = request(
@@ -304,3 +324,31 @@ def test_an_engine_failure_is_a_500_and_unhealthy(caplog):
             assert status == 500 and error_of(payload)["code"] == "engine_failed"
         assert request(server.port, "GET", "/health")[0] == 500
     assert "simulated device failure" in caplog.text
+
+
+def core_pid(server_pid: int) -> int:
+    """The engine core: the server process's only child."""
+    with open(f"/proc/{server_pid}/task/{server_pid}/children") as f:
+        (pid,) = f.read().split()
+    return int(pid)
+
+
+def test_a_dead_engine_core_means_503_and_a_non_zero_exit():
+    """SIGKILL the core process mid-request: the waiting request is answered 503 at once, and
+    the server stops with status 1 instead of hanging or pretending to be healthy."""
+    server = ServerProcess("--model", "tiny-random", "--served-model-name", MODEL, "--num-blocks", "256")
+    result: dict = {}
+
+    def long_request():
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 3000, "ignore_eos": True}
+        result["response"] = request(server.port, "POST", "/v1/completions", body)
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    time.sleep(0.5)  # the request is running in the core
+    os.kill(core_pid(server.proc.pid), signal.SIGKILL)
+    thread.join(30)
+    status, payload, _ = result["response"]
+    assert status == 503 and error_of(payload)["code"] == "engine_dead"
+    assert server.wait(30) == 1
+    assert "engine core process exited unexpectedly" in "".join(server.stderr)

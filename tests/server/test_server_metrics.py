@@ -14,10 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reference_engine.config import EngineConfig
-from reference_engine.engine_factory import build_engine
-from reference_engine.server.app import create_app
-from reference_engine.server.background import BackgroundServer
-from reference_engine.server.state import ServerConfig
+from reference_engine.core.launch import CoreLaunch
+from reference_engine.server.background import BackgroundServer, serve_in_background
 
 MODEL = "tiny"
 LABELS = {"model_name": MODEL, "engine": "0"}
@@ -46,18 +44,10 @@ EXPECTED_FAMILIES = {
 
 
 def start(num_blocks: int, **config) -> BackgroundServer:
-    built = build_engine(
-        EngineConfig(model="tiny-random", num_blocks=num_blocks, max_model_len=256, **config)
-    )
-    info = {
-        "block_size": "16",
-        "num_gpu_blocks": str(num_blocks),
-        "cache_dtype": "auto",
-        "enable_prefix_caching": "True",
-        "allocator": "paged",
-    }
-    app = create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random"), info)
-    return BackgroundServer(app).start()
+    """The engine core in its own process, as `kvscope engine serve` runs it: every figure the
+    engine reports below crossed the process boundary."""
+    launch = CoreLaunch(EngineConfig(model="tiny-random", num_blocks=num_blocks, max_model_len=256, **config))
+    return serve_in_background(launch, MODEL).start()
 
 
 def scrape(server: BackgroundServer) -> str:
@@ -148,7 +138,7 @@ def test_promtool_accepts_the_exposition(shared_prefix_run):
 def test_counters_equal_what_the_engine_did(shared_prefix_run):
     server, results = shared_prefix_run
     text = scrape(server)
-    stats = server.state.engine_loop.engine.stats
+    stats = server.state.engine.stats
     completion_tokens = sum(r.usage.completion_tokens for r in results)
     prompt_tokens = sum(r.usage.prompt_tokens for r in results)
     assert value(text, "vllm:generation_tokens_total") == completion_tokens == stats.generation_tokens
@@ -174,6 +164,7 @@ def test_counters_equal_what_the_engine_did(shared_prefix_run):
     assert value(text, "vllm:request_generation_tokens_sum") == completion_tokens
     assert value(text, "vllm:inter_token_latency_seconds_count") == completion_tokens - len(results)
     assert value(text, "vllm:iteration_tokens_total_count") == stats.steps
+    assert value(text, "kvscope:stream_write_delay_seconds_count") == 0  # nothing was streamed
     assert value(text, "vllm:iteration_tokens_total_sum") == stats.scheduled_tokens
     assert value(text, "vllm:kv_cache_usage_perc") == 0.0
     assert value(text, "vllm:num_requests_running") == value(text, "vllm:num_requests_waiting") == 0
@@ -193,7 +184,7 @@ def test_tiny_pool_preemptions_are_counted():
         ]
         results = run_concurrently(server, requests)
         text = scrape(server)
-        stats = server.state.engine_loop.engine.stats
+        stats = server.state.engine.stats
         assert stats.num_preemptions > 0
         assert value(text, "vllm:num_preemptions_total") == stats.num_preemptions
         per_request = [r.model_extra["kvscope"]["num_preemptions"] for r in results]

@@ -1,6 +1,6 @@
-"""The official `openai` client against the reference server on the real tiny-random model:
-completions and chat, streaming and not, n=2, stop, logprobs, echo, usage, and the `kvscope`
-timing object."""
+"""The official `openai` client against the reference server on the real tiny-random model,
+its engine core in its own process: completions and chat, streaming and not, n=2, stop,
+logprobs, echo, usage, and the `kvscope` timing object."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ import openai
 import pytest
 
 from reference_engine.config import EngineConfig
-from reference_engine.engine_factory import build_engine
-from reference_engine.server.app import create_app
-from reference_engine.server.background import BackgroundServer
-from reference_engine.server.state import ServerConfig
+from reference_engine.core.launch import CoreLaunch
+from reference_engine.server.background import serve_in_background
 
 MODEL = "tiny"
 TIMING_KEYS = {
@@ -29,21 +27,10 @@ TIMING_KEYS = {
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say something."}]
 
 
-def cache_info(built) -> dict[str, str]:
-    return {
-        "block_size": "16",
-        "num_gpu_blocks": str(built.num_blocks),
-        "cache_dtype": built.kv_cache_dtype,
-        "enable_prefix_caching": "True",
-        "allocator": "paged",
-    }
-
-
 @pytest.fixture(scope="module")
 def server():
-    built = build_engine(EngineConfig(model="tiny-random", num_blocks=512, max_model_len=512))
-    app = create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random"), cache_info(built))
-    with BackgroundServer(app) as srv:
+    launch = CoreLaunch(EngineConfig(model="tiny-random", num_blocks=512, max_model_len=512))
+    with serve_in_background(launch, MODEL) as srv:
         yield srv
 
 

@@ -8,6 +8,7 @@ import asyncio
 import http.client
 import json
 import os
+import time
 
 import aiohttp
 import pytest
@@ -15,8 +16,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from reference_engine.core.messages import AbortRequests
 from reference_engine.server.background import BackgroundServer
-from tests.support.tiny_server import MODEL, post, start, wait_idle
+from tests.support.tiny_server import MODEL, all_blocks_free, post, start, wait_idle
 
 
 def metric(server: BackgroundServer, name: str, **labels: str) -> float:
@@ -55,13 +57,29 @@ async def _stream_then_leave(url: str, body: dict, events_before_leaving: int) -
     return seen
 
 
-def test_disconnect_mid_stream_frees_blocks_at_once(roomy):
-    engine = roomy.state.engine_loop.engine
+def test_disconnect_mid_stream_frees_blocks_at_once(roomy, monkeypatch):
+    """The abort reaches the core process, which frees the blocks before its next step: the
+    first statistics record showing them free is at most one step after the last record the
+    server had when it sent the abort (one step may have been running when it arrived)."""
+    engine = roomy.state.engine
+    steps_when_sent: list[int] = []
+    send = engine.client.send
+
+    def watch(command):
+        if isinstance(command, AbortRequests):
+            steps_when_sent.append(engine.stats.steps)
+        send(command)
+
+    monkeypatch.setattr(engine.client, "send", watch)
     body = {"model": MODEL, "prompt": "x" * 100, "max_tokens": 800, "stream": True, "ignore_eos": True}
     aborted_before = metric(roomy, "vllm:request_success_total", finished_reason="abort")
     assert asyncio.run(_stream_then_leave(roomy.url, body, 3)) == 3
-    wait_idle(roomy, timeout=10)  # far sooner than 800 tokens would take
-    assert engine.kv.pool.num_free_blocks == engine.kv.pool.num_blocks - 1
+    deadline = time.monotonic() + 10  # far sooner than 800 tokens would take
+    while not all_blocks_free(roomy) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert all_blocks_free(roomy) and len(steps_when_sent) == 1
+    assert engine.stats.steps - steps_when_sent[0] <= 1, (steps_when_sent, engine.stats.steps)
+    wait_idle(roomy, timeout=10)
     assert metric(roomy, "vllm:kv_cache_usage_perc") == 0.0
     assert metric(roomy, "vllm:num_requests_running") == 0.0
     assert metric(roomy, "vllm:request_success_total", finished_reason="abort") == aborted_before + 1
@@ -91,12 +109,12 @@ async def _two_requests_second_leaves_while_queued(url: str) -> None:
 
 
 def test_non_streaming_client_that_gives_up_while_queued_is_aborted(roomy):
-    engine = roomy.state.engine_loop.engine
+    engine = roomy.state.engine
     tokens_before = engine.stats.generation_tokens
     asyncio.run(_two_requests_second_leaves_while_queued(roomy.url))
     wait_idle(roomy)
     assert engine.stats.generation_tokens - tokens_before == 1000  # the second never ran
-    assert engine.kv.pool.num_free_blocks == engine.kv.pool.num_blocks - 1
+    assert all_blocks_free(roomy)
 
 
 # -- fuzzing --------------------------------------------------------------------------------
@@ -246,8 +264,7 @@ def test_server_is_healthy_and_idle_after_fuzzing(small):
     conn = http.client.HTTPConnection("127.0.0.1", small.port, timeout=30)
     conn.request("GET", "/health")
     assert conn.getresponse().status == 200
-    engine = small.state.engine_loop.engine
-    assert engine.kv.pool.num_free_blocks == engine.kv.pool.num_blocks - 1
+    assert all_blocks_free(small)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
 """The reference server on tiny-random weights, on a background thread: for server tests that
-need a real engine behind the HTTP API but not a real model's text."""
+need a real engine behind the HTTP API but not a real model's text. The engine core runs in a
+process of its own (as `kvscope engine serve` runs it): what the server knows of it arrives as
+messages (`state.engine.stats` is the core's latest statistics record)."""
 
 from __future__ import annotations
 
@@ -7,27 +9,17 @@ import http.client
 import time
 
 from reference_engine.config import EngineConfig
-from reference_engine.engine_factory import build_engine
+from reference_engine.core.launch import CoreLaunch
 from reference_engine.serve_options import HttpLimits
-from reference_engine.server.app import create_app
-from reference_engine.server.background import BackgroundServer
-from reference_engine.server.state import ServerConfig
+from reference_engine.server.background import BackgroundServer, serve_in_background
 
 MODEL = "tiny"
 
 
 def start(limits: HttpLimits | None = None, **config) -> BackgroundServer:
     """A started server serving tiny-random as `MODEL`; `config` goes to EngineConfig."""
-    built = build_engine(EngineConfig(model="tiny-random", **config))
-    info = {
-        "block_size": "16",
-        "num_gpu_blocks": str(built.num_blocks),
-        "cache_dtype": "auto",
-        "enable_prefix_caching": "True",
-        "allocator": "paged",
-    }
-    app = create_app(built.engine, built.tokenizer, ServerConfig(MODEL, "tiny-random"), info)
-    return BackgroundServer(app, limits=limits).start()
+    launch = CoreLaunch(EngineConfig(model="tiny-random", **config))
+    return serve_in_background(launch, MODEL, limits=limits).start()
 
 
 def post(server: BackgroundServer, path: str, body: bytes, timeout: float = 120) -> tuple[int, bytes]:
@@ -41,17 +33,22 @@ def post(server: BackgroundServer, path: str, body: bytes, timeout: float = 120)
 
 
 def wait_idle(server: BackgroundServer, timeout: float = 30.0) -> None:
-    engine = server.state.engine_loop.engine
+    engine = server.state.engine
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not engine.has_unfinished() and server.state.engine_loop.num_in_flight == 0:
+        stats = engine.stats
+        if stats.num_running + stats.num_waiting == 0 and engine.num_in_flight == 0:
             return
         time.sleep(0.02)
     raise AssertionError("the engine did not go idle")
 
 
+def all_blocks_free(server: BackgroundServer) -> bool:
+    return server.state.engine.stats.num_free_blocks == server.state.ready.num_blocks - 1
+
+
 def assert_no_leaked_blocks(server: BackgroundServer) -> None:
     """Idle, and every KV block but the null block is free."""
     wait_idle(server)
-    pool = server.state.engine_loop.engine.kv.pool
-    assert pool.num_free_blocks == pool.num_blocks - 1, (pool.num_free_blocks, pool.num_blocks)
+    stats = server.state.engine.stats
+    assert all_blocks_free(server), (stats.num_free_blocks, server.state.ready.num_blocks)

@@ -1,0 +1,113 @@
+"""How late the server writes what the engine core produced, at 256 simulated streams.
+
+Usage: python -m benchmarks.sim_write_delay [--streams 256] [--tokens 64]
+
+One `kvscope engine serve --simulate` (Llama-3.1-70B on 4 x H100: ~15-20 ms steps, so the
+server has a real step period to keep up with), `--streams` concurrent streams. The server
+measures, per SSE write that carries tokens, the time from the core's timestamp of the step
+that produced them to the write (`kvscope:stream_write_delay_seconds`; read from /metrics before
+and after the run). Beside it, what the client sees: its TTFT minus the server's own `ttft_s`
+(network, the client's event loop and everything between), and its inter-token gaps next to
+the server's inter-token latency. Target (issue 20): server-side delay p99 <= 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.stream_client import Child, pct, run_streams
+
+DELAY = "kvscope:stream_write_delay_seconds"
+ITL = "vllm:inter_token_latency_seconds"
+
+
+def histogram(url: str, name: str) -> tuple[dict[float, float], float, float]:
+    """(cumulative count per upper bound, count, sum) of one histogram on the server."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+    buckets, count, total = {}, 0.0, 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name + "_bucket":
+                buckets[float(s.labels["le"])] = s.value
+            elif s.name == name + "_count":
+                count = s.value
+            elif s.name == name + "_sum":
+                total = s.value
+    return buckets, count, total
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """The upper bound of the bucket holding quantile q of what was observed in between: the
+    true quantile is at most this."""
+    n = after[float("inf")] - before.get(float("inf"), 0.0)
+    for bound in sorted(after):
+        if after[bound] - before.get(bound, 0.0) >= q * n:
+            return bound
+    return float("inf")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, default=256)
+    ap.add_argument("--tokens", type=int, default=64)
+    args = ap.parse_args()
+    model = "llama-3.1-70b"
+    argv = [sys.executable, "-m", "reference_engine.server.serve_cli", "--port", "0", "--simulate"]
+    argv += ["--sim-model", model, "--sim-gpu", "h100-80gb", "--tensor-parallel-size", "4"]
+    argv += ["--max-num-seqs", "512", "--max-num-batched-tokens", "16384", "--max-model-len", "4096"]
+    child = Child(argv, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    bodies = [
+        {
+            "model": model,
+            "prompt": f"Stream {i} asks about " + "the sea " * (i % 8 + 2),
+            "max_tokens": args.tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        for i in range(args.streams)
+    ]
+    try:
+        run_streams(child.url, bodies[:4])  # warm-up
+        delay_before, n_before, sum_before = histogram(child.url, DELAY)
+        _, itl_n_before, itl_sum_before = histogram(child.url, ITL)
+        results, wall = run_streams(child.url, bodies)
+        delay_after, n_after, sum_after = histogram(child.url, DELAY)
+        _, itl_n_after, itl_sum_after = histogram(child.url, ITL)
+    finally:
+        child.stop()
+    writes = n_after - n_before
+    p50, p99 = (bucket_quantile(delay_before, delay_after, q) for q in (0.5, 0.99))
+    mean_ms = 1e3 * (sum_after - sum_before) / writes
+    gaps = [r.ttft - r.kvscope["ttft_s"] for r in results]
+    itl = [g for r in results for g in r.gaps]
+    server_itl_ms = 1e3 * (itl_sum_after - itl_sum_before) / (itl_n_after - itl_n_before)
+    tokens = sum(len(r.token_times) for r in results)
+    print(
+        f"{args.streams} streams x {args.tokens} tokens against one simulated server ({model} on 4 x "
+        f"h100-80gb), engine core in its own process; {tokens:,} tokens in {wall:.1f} s.\n"
+    )
+    print("| measured where | what | p50 | p99 | mean |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| server | token produced in the core -> its SSE chunk written ({writes:,.0f} writes; "
+        f"bucket upper bounds) | <= {p50 * 1e3:g} ms | <= {p99 * 1e3:g} ms | {mean_ms:.2f} ms |"
+    )
+    print(
+        f"| client | client TTFT - server `ttft_s` | {pct(gaps, 0.5) * 1e3:.1f} ms | "
+        f"{pct(gaps, 0.99) * 1e3:.1f} ms | {1e3 * sum(gaps) / len(gaps):.1f} ms |"
+    )
+    print(
+        f"| client | inter-token gap (server's own inter-token latency: mean {server_itl_ms:.1f} ms) | "
+        f"{pct(itl, 0.5) * 1e3:.1f} ms | {pct(itl, 0.99) * 1e3:.1f} ms | {1e3 * sum(itl) / len(itl):.1f} ms |"
+    )
+    verdict = "met" if p99 <= 0.005 else "**MISSED**"
+    print(f"\nTarget: server-side write delay p99 <= 5 ms: {verdict} (p99 <= {p99 * 1e3:g} ms).")
+
+
+if __name__ == "__main__":
+    main()

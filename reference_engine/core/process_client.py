@@ -1,0 +1,164 @@
+"""`ProcessCoreClient`: the engine core in its own process, over ZeroMQ (vLLM V1's design).
+
+The server binds a PUSH socket (commands) and a PULL socket (outputs) on IPC paths in a
+private temporary directory (mode 0700, so no other local user can connect), then starts
+`python -m reference_engine.core.process` with the `CoreLaunch` on its stdin. Startup
+overlaps: the core loads its model while the server loads its tokenizer.
+
+Sending never blocks the event loop (no high-water mark; ZeroMQ's I/O thread writes);
+receiving is an asyncio task that decodes each `CoreOutputs` (msgspec) and hands it on.
+A thread waits on the child: if it exits while the server still needs it, `on_exit` runs on
+the event loop with its status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from reference_engine.core.client import CoreStartError, OnExit, OnOutputs
+from reference_engine.core.launch import CoreLaunch
+from reference_engine.core.messages import (
+    Command,
+    CoreOutputs,
+    CoreReady,
+    CoreStartFailed,
+    Handshake,
+    Shutdown,
+)
+
+log = logging.getLogger("kvscope.server")
+# Longest a core may take to load its model and report ready.
+READY_TIMEOUT_S = 600.0
+
+
+class ProcessCoreClient:
+    def __init__(self, launch: CoreLaunch, env: dict[str, str] | None = None):
+        self.launch = launch
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self._dir: str | None = None
+        self._sync_ctx: zmq.Context | None = None
+        self._push: zmq.Socket | None = None
+        self._pull: zmq.asyncio.Socket | None = None
+        self._reader: asyncio.Task | None = None
+        self._exited: asyncio.Event | None = None
+        self._on_exit: OnExit | None = None
+        self._alive = False  # the child runs and reads commands
+        self._stopping = False
+        self._closed = False
+        self._encoder = msgspec.msgpack.Encoder()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def spawn(self) -> None:
+        """Bind the sockets and start the child (idempotent). Call early: the child's model
+        load then overlaps whatever the server does before `start`."""
+        if self.proc is not None:
+            return
+        self._dir = tempfile.mkdtemp(prefix="kvscope-core-")  # mode 0700
+        input_addr = f"ipc://{self._dir}/input"
+        output_addr = f"ipc://{self._dir}/output"
+        self._sync_ctx = zmq.Context()
+        self._push = self._sync_ctx.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, 0)
+        self._push.setsockopt(zmq.LINGER, 0)
+        self._push.bind(input_addr)
+        self._pull = zmq.asyncio.Context(self._sync_ctx).socket(zmq.PULL)
+        self._pull.setsockopt(zmq.RCVHWM, 0)
+        self._pull.setsockopt(zmq.LINGER, 0)
+        self._pull.bind(output_addr)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "reference_engine.core.process", input_addr, output_addr],
+            stdin=subprocess.PIPE,
+            env=self.env,
+        )
+        self._alive = True
+        self.proc.stdin.write(msgspec.json.encode(self.launch))
+        self.proc.stdin.close()
+
+    async def start(self, on_outputs: OnOutputs, on_exit: OnExit) -> CoreReady:
+        self.spawn()
+        loop = asyncio.get_running_loop()
+        self._exited = asyncio.Event()
+        self._on_exit = on_exit
+        threading.Thread(
+            target=self._wait_child, args=(loop,), name="kvscope-core-monitor", daemon=True
+        ).start()
+        first = asyncio.ensure_future(self._pull.recv(copy=False))
+        exited = asyncio.ensure_future(self._exited.wait())
+        done, _ = await asyncio.wait(
+            {first, exited}, timeout=READY_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        exited.cancel()
+        if first not in done:
+            first.cancel()
+            await self.stop(5.0)
+            reason = (
+                f"exited with status {self.proc.returncode}"
+                if self.proc.returncode is not None
+                else (f"did not report ready within {READY_TIMEOUT_S:.0f} s")
+            )
+            raise CoreStartError(f"the engine core {reason}; see its log above")
+        message = msgspec.msgpack.decode(first.result().buffer, type=Handshake)
+        if isinstance(message, CoreStartFailed):
+            await self.stop(30.0)
+            raise CoreStartError(message.message)
+        self._reader = asyncio.ensure_future(self._read(on_outputs))
+        return message
+
+    async def _read(self, on_outputs: OnOutputs) -> None:
+        decoder = msgspec.msgpack.Decoder(CoreOutputs)
+        while True:
+            frame = await self._pull.recv(copy=False)
+            on_outputs(decoder.decode(frame.buffer))
+
+    def _wait_child(self, loop: asyncio.AbstractEventLoop) -> None:
+        status = self.proc.wait()
+        try:
+            loop.call_soon_threadsafe(self._child_exited, status)
+        except RuntimeError:
+            pass  # the event loop is closed: the server is gone already
+
+    def _child_exited(self, status: int) -> None:
+        self._alive = False
+        self._exited.set()
+        if not self._stopping and self._on_exit is not None:
+            log.error("the engine core process exited unexpectedly (status %s)", status)
+            self._on_exit(status)
+
+    def send(self, command: Command) -> None:
+        if self._alive:
+            self._push.send(self._encoder.encode(command), copy=False)
+
+    async def stop(self, timeout: float) -> int | None:
+        if self.proc is None or self._closed:
+            return None if self.proc is None else self.proc.returncode
+        self._stopping = True
+        if self.proc.poll() is None:
+            self.send(Shutdown())
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.proc.wait, timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("the engine core did not exit within %.0f s; killing it", timeout)
+                self.proc.kill()
+                self.proc.wait()
+        self._alive, self._closed = False, True
+        if self._reader is not None:
+            self._reader.cancel()
+        self._pull.close()
+        self._push.close()
+        self._sync_ctx.term()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        return self.proc.returncode

@@ -1,0 +1,183 @@
+"""The API server's half of every request: detokenize core outputs, find stop strings, observe
+metrics, and hand each stream its events (vLLM V1's output processor).
+
+Per core iteration (`process`): each choice's new tokens are detokenized incrementally; a
+stop string ends the choice here (the core is told to stop it, and what it produces in the
+meantime is dropped); per-choice latencies go to the histograms, from the core's timestamps;
+and every stream gets one batch with all its events of that iteration, stamped with the
+moment the core produced them (so the SSE writer can measure its own delay).
+
+Invariants: a live request gets `Delta`s in core order and exactly one terminal event
+(`Outcome` or `Failed`); a released request (its client left) gets nothing more, but its
+state stays until the core has confirmed the end of every choice, so the metrics of an
+aborted choice are recorded like any other; each choice is observed as finished once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference_engine.core.messages import CoreOutputs, Rejection, SeqOutput
+from reference_engine.detokenizer import IncrementalDetokenizer, detokenizer_factory
+from reference_engine.server.errors import APIError, bad_request, engine_failed
+from reference_engine.server.events import (
+    Delta,
+    Event,
+    Failed,
+    Outcome,
+    PromptLogprobs,
+    RequestStream,
+    Submission,
+)
+from reference_engine.server.metrics import VllmMetrics
+from reference_engine.server.timing import RequestTiming
+
+
+@dataclass(slots=True)
+class ChoiceState:
+    """One choice as the server sees it. Attribute names follow `Request`, so the timing
+    object and the metrics read either."""
+
+    detokenizer: IncrementalDetokenizer
+    arrival_time: float
+    num_prompt_tokens: int
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    num_preemptions: int = 0
+    num_cached_tokens: int = 0
+    num_output_tokens: int = 0
+    last_token_time: float | None = None  # core timestamp of its latest token
+    finished: bool = False
+
+
+@dataclass(slots=True)
+class RequestState:
+    stream: RequestStream
+    sub: Submission
+    choices: list[ChoiceState]
+    released: bool = False
+    num_finished: int = 0
+    events: list[Event] = field(default_factory=list)  # of the iteration being processed
+
+
+class OutputProcessor:
+    def __init__(self, tokenizer: Any, metrics: VllmMetrics):
+        self.new_detokenizer = detokenizer_factory(tokenizer)
+        self.metrics = metrics
+        self.requests: dict[str, RequestState] = {}
+        # Per-token histogram observations of the iteration being routed, made after its
+        # streams were handed their events (`observe_pending`): the writes go first.
+        self.pending: list[tuple[Callable[..., None], tuple]] = []
+
+    def add(self, sub: Submission, stream: RequestStream) -> None:
+        n = sub.params.n
+        choices = [
+            ChoiceState(
+                self.new_detokenizer(sub.params.stop),
+                sub.arrival_time,
+                len(sub.prompt_token_ids),
+            )
+            for _ in range(n)
+        ]
+        self.requests[sub.request_id] = RequestState(stream, sub, choices)
+
+    def release(self, request_id: str) -> bool:
+        """The client is gone. True if the core still runs the request (abort it there)."""
+        state = self.requests.get(request_id)
+        if state is None:
+            return False
+        state.released = True
+        return True
+
+    def process(self, outputs: CoreOutputs) -> list[tuple[str, int]]:
+        """Route one iteration's outputs; returns the choices to stop in the core."""
+        if outputs.stats is not None:
+            self.metrics.observe_stats(outputs.stats)
+        touched: dict[str, RequestState] = {}
+        stops: list[tuple[str, int]] = []
+        for out in outputs.outputs:
+            state = self.requests.get(out.request_id)
+            if state is not None and self._apply(state, out, outputs.timestamp, stops):
+                touched[out.request_id] = state
+        for rejection in outputs.rejected or ():
+            self._reject(rejection)
+        for request_id, state in touched.items():
+            if state.events:
+                state.stream.queue.put_nowait((outputs.timestamp, state.events))
+                state.events = []
+            if state.num_finished == len(state.choices):
+                del self.requests[request_id]
+        return stops
+
+    def observe_pending(self) -> None:
+        pending, self.pending = self.pending, []
+        for observe, args in pending:
+            observe(*args)
+
+    def _apply(self, state: RequestState, out: SeqOutput, now: float, stops: list[tuple[str, int]]) -> bool:
+        choice = state.choices[out.index]
+        if choice.finished:
+            return False  # stopped here on a stop string; the core's later tokens are surplus
+        timing = out.timing
+        if timing is not None:
+            choice.first_scheduled_time = timing.first_scheduled_time
+            choice.first_token_time = timing.first_token_time
+            choice.finished_time = timing.finished_time
+            choice.num_preemptions = timing.num_preemptions
+            choice.num_cached_tokens = timing.num_cached_tokens
+        if out.prompt_logprobs is not None and not state.released:
+            state.events.append(PromptLogprobs(out.prompt_logprobs))
+        detok = choice.detokenizer
+        cut = -1
+        if out.new_token_ids:
+            if choice.last_token_time is not None:
+                self.pending.append((self.metrics.observe_inter_token, (now - choice.last_token_time,)))
+            elif choice.first_token_time is not None:
+                ttft = choice.first_token_time - choice.arrival_time
+                self.pending.append((self.metrics.observe_first_token, (ttft,)))
+            choice.last_token_time = now
+            choice.num_output_tokens += len(out.new_token_ids)
+            detok.add(out.new_token_ids)
+            cut = detok.find_stop()
+        reason = out.finish_reason
+        if cut >= 0:
+            if reason is None:
+                stops.append((out.request_id, out.index))
+            reason = "stop"
+        text = detok.take(final=reason is not None, cut=cut)
+        if reason is not None:
+            choice.finished = True
+            choice.finished_time = choice.finished_time or now
+            state.num_finished += 1
+            self.pending.append((self.metrics.observe_finished, (choice, reason)))
+        if not state.released:
+            state.events.append(Delta(out.index, out.new_token_ids, text, out.new_logprobs or [], reason))
+            if state.num_finished == len(state.choices):
+                state.events.append(self._outcome(state))
+        return True
+
+    @staticmethod
+    def _outcome(state: RequestState) -> Outcome:
+        first = state.choices[0]
+        return Outcome(
+            prompt_tokens=first.num_prompt_tokens,
+            completion_tokens=sum(c.num_output_tokens for c in state.choices),
+            cached_tokens=first.num_cached_tokens,
+            timing=RequestTiming.from_sequences(state.choices, state.sub.arrival_unix),
+        )
+
+    def _reject(self, rejection: Rejection) -> None:
+        state = self.requests.pop(rejection.request_id, None)
+        if state is not None and not state.released:
+            error = engine_failed() if rejection.internal else bad_request(rejection.message, rejection.param)
+            state.stream.queue.put_nowait((0.0, [Failed(error)]))
+
+    def fail_all(self, error: APIError) -> None:
+        """End every request with `error` (the engine failed or is gone)."""
+        for state in self.requests.values():
+            if not state.released:
+                state.stream.queue.put_nowait((0.0, [Failed(error)]))
+        self.requests.clear()

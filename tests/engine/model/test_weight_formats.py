@@ -1,0 +1,66 @@
+"""Weight formats: what `--dtype auto` picks from the CPU's flags, and the weight-only int8
+projection against the float matmul it replaces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reference_engine.config import ConfigError, EngineConfig
+from reference_engine.engine_factory import build_engine
+from reference_engine.model.int8_linear import Int8Linear, quantize_per_channel
+from reference_engine.model.registry import load_model
+from reference_engine.model_dtype import cpu_flags, resolve_model_dtype
+
+
+def test_auto_is_bfloat16_only_with_native_bf16_matmul():
+    avx2 = frozenset({"avx2", "fma", "f16c"})
+    assert resolve_model_dtype("auto", "cpu", avx2) == "float32"
+    assert resolve_model_dtype("auto", "cpu", avx2 | {"avx512_bf16"}) == "bfloat16"
+    assert resolve_model_dtype("auto", "cpu", avx2 | {"amx_bf16"}) == "bfloat16"
+    assert resolve_model_dtype("auto", "cuda:0", avx2) == "bfloat16"
+    assert resolve_model_dtype("float16", "cpu", avx2 | {"amx_bf16"}) == "float16"  # explicit wins
+
+
+def test_cpu_flags_reads_the_first_processor(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert cpu_flags(str(info)) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu_flags(str(tmp_path / "missing")) == frozenset()
+
+
+def test_int8_per_channel_error_is_bounded_by_half_a_step_per_weight():
+    torch.manual_seed(0)
+    weight = torch.randn(96, 64) * torch.logspace(-3, 1, 96)[:, None]  # rows of very different scale
+    weight[5] = 0.0  # an all-zero row must not divide by zero
+    q, scales = quantize_per_channel(weight)
+    assert q.dtype == torch.int8 and scales.shape == (96,) and int(q.abs().max()) <= 127
+    dequantized = q.float() * scales.float()[:, None]
+    step = weight.abs().amax(dim=1, keepdim=True) / 127
+    # Half a quantization step, plus the bfloat16 rounding of the scale (2^-8 of the value).
+    assert ((dequantized - weight).abs() <= step * 0.5 + weight.abs() * 2**-8 + 1e-12).all()
+    assert (dequantized[5] == 0).all()
+    x = torch.randn(7, 64)
+    exact = x @ weight.t()
+    out = Int8Linear(weight)(x)
+    assert out.dtype == torch.float32 and out.shape == (7, 96)
+    rel = (out - exact).norm() / exact.norm()
+    assert rel < 0.02, rel  # int8 weights and bfloat16 activations: about 1% relative error
+
+
+def test_int8_model_replaces_every_projection_and_keeps_the_logits_head():
+    loaded = load_model("tiny-random", "float32", quantization="int8")
+    layer = loaded.model.model.layers[0]
+    for proj in (layer.self_attn.q_proj, layer.self_attn.o_proj, layer.mlp.down_proj):
+        assert isinstance(proj, Int8Linear)
+    assert loaded.dtype == torch.float32 and loaded.describe_weights().startswith("int8")
+    assert loaded.model.model.embed_tokens.weight.dtype == torch.float32
+
+
+def test_a_preloaded_model_must_match_the_asked_dtype():
+    fp32 = load_model("tiny-random", "float32")
+    assert build_engine(EngineConfig(model="tiny-random", num_blocks=16), fp32).weights == "float32"
+    with pytest.raises(ConfigError, match="bfloat16"):
+        build_engine(EngineConfig(model="tiny-random", num_blocks=16, dtype="bfloat16"), fp32)
+    with pytest.raises(ConfigError, match="not quantized"):
+        build_engine(EngineConfig(model="tiny-random", num_blocks=16, quantization="int8"), fp32)
