@@ -119,7 +119,13 @@ def create_app(
 ) -> web.Application:
     """An app serving `engine`. The engine thread starts with the app and stops with it;
     nothing else may touch `engine` while the app runs."""
-    metrics = VllmMetrics(config.served_model_name, engine.max_model_len, cache_info, live_gauges(engine))
+    metrics = VllmMetrics(
+        config.served_model_name,
+        engine.max_model_len,
+        cache_info,
+        live_gauges(engine),
+        kv_cache_metrics=engine.kv.pool.residency is not None,
+    )
     state = ServerState(
         config=config,
         tokenizer=tokenizer,
@@ -148,6 +154,7 @@ def create_app(
     async def stop_engine(app: web.Application) -> None:
         if state.loop is not None:
             await asyncio.get_running_loop().run_in_executor(None, state.loop.stop)
+        engine.close()  # the KV event publisher, once the engine thread has stopped
 
     app.on_startup.append(start_engine)
     app.on_cleanup.append(stop_engine)

@@ -9,7 +9,7 @@ PagedAttention reproduction need.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reference_engine.config import EngineConfig
 from reference_engine.sampling_params import InvalidRequestError, SamplingParams
@@ -109,6 +109,9 @@ def replay_trace(
     trace: list[TraceRequest], spec: SimSpec, config: EngineConfig, seed: int = 0
 ) -> ReplayResult:
     clock = VirtualClock()
+    # A replay is offline: it publishes no KV events and keeps no residency histograms (a
+    # run's own --kv-events-config would bind the live engine's ports again).
+    config = replace(config, kv_events_config=None, kv_cache_metrics=False)
     sim = build_sim_engine(spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000))
     # Virtual time: the executor "sleeps" the modelled step by advancing the clock.
     sim.executor.clock = sim.engine.clock = clock.now
