@@ -23,7 +23,10 @@ EXPORTER_KEY = web.AppKey("exporter", Exporter)
 REGISTRY_KEY = web.AppKey("registry", object)
 TASK_KEY = web.AppKey("loop_task", asyncio.Task)
 STOP_KEY = web.AppKey("stop", asyncio.Event)
-RENDERED_KEY = web.AppKey("rendered", dict)  # {(content type, exporter ingests): body}
+RENDERED_KEY = web.AppKey("rendered", dict)  # {(content type, exporter ingests, ...): body}
+# Other sources of /metrics content (the KV event hub) add a version counter here, so a
+# rendering is reused only until any of them moves.
+RENDER_VERSIONS_KEY = web.AppKey("render_versions", list)
 
 
 def _clean(x: Any) -> Any:
@@ -76,7 +79,7 @@ async def metrics(request: web.Request) -> web.Response:
     """Rendering ~1,000 lines costs milliseconds; it is redone only after the next ingest."""
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     cache = request.app[RENDERED_KEY]
-    key = (content_type, request.app[EXPORTER_KEY].ingests)
+    key = (content_type, request.app[EXPORTER_KEY].ingests, *(v() for v in request.app[RENDER_VERSIONS_KEY]))
     body = cache.get(key)
     if body is None:
         body = encoder(request.app[REGISTRY_KEY])  # type: ignore[arg-type]
@@ -148,6 +151,7 @@ def make_app(exporter: Exporter, run_loop: bool = True) -> web.Application:
     app[EXPORTER_KEY] = exporter
     app[REGISTRY_KEY] = make_registry(exporter)
     app[RENDERED_KEY] = {}
+    app[RENDER_VERSIONS_KEY] = []
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/v1/targets", targets)
     app.router.add_get("/api/v1/samples", samples)
