@@ -27,8 +27,7 @@ def _increase_label(f: float) -> str:
     return f"{f:g}"
 
 
-def _distance_buckets(d: dict[str, list[int]]) -> list[tuple[str, float]]:
-    h = DistanceHistogram.from_dict(d)
+def _distance_buckets(h: DistanceHistogram) -> list[tuple[str, float]]:
     out = [(f"{b:g}", h.count_below(b + 1)) for b in DISTANCE_BUCKETS]
     return out + [("+Inf", float(h.total))]
 
@@ -140,7 +139,8 @@ class KvEventsCollector(Collector):
             ):
                 if value is not None:
                     fam.add_metric(lv, value)
-            distance.add_metric(lv, _distance_buckets(v.distances), None)
+            h = DistanceHistogram.from_dict(v.distances)
+            distance.add_metric(lv, _distance_buckets(h), float(h.sum))
             if v.medium != PRIMARY:
                 continue
             li = [v.target, v.instance]

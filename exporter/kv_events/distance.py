@@ -38,11 +38,14 @@ def bucket_bounds(b: int) -> tuple[int, int]:
 class DistanceHistogram:
     counts: dict[int, int] = field(default_factory=dict)  # bucket -> count
     total: int = 0
+    sum: int = 0  # of the exact distances
 
     def add(self, d: int) -> None:
-        b = bucket_of(max(0, d))
+        d = max(0, d)
+        b = bucket_of(d)
         self.counts[b] = self.counts.get(b, 0) + 1
         self.total += 1
+        self.sum += d
 
     def count_below(self, x: float) -> float:
         """Distances < x (interpolated within x's bucket)."""
@@ -55,14 +58,18 @@ class DistanceHistogram:
                 out += n * (x - low) / (high - low)
         return out
 
-    def to_dict(self) -> dict[str, list[int]]:
-        """Sparse: the buckets' lower bounds and counts, ascending."""
+    def to_dict(self) -> dict:
+        """Sparse: the buckets' lower bounds and counts, ascending, and the sum."""
         items = sorted(self.counts.items())
-        return {"low": [bucket_bounds(b)[0] for b, _ in items], "count": [n for _, n in items]}
+        return {
+            "low": [bucket_bounds(b)[0] for b, _ in items],
+            "count": [n for _, n in items],
+            "sum": self.sum,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, list[int]]) -> DistanceHistogram:
-        h = cls()
+    def from_dict(cls, d: dict) -> DistanceHistogram:
+        h = cls(sum=int(d.get("sum", 0)))
         for low, n in zip(d.get("low", []), d.get("count", [])):
             h.counts[bucket_of(int(low))] = h.counts.get(bucket_of(int(low)), 0) + int(n)
             h.total += int(n)
@@ -70,4 +77,4 @@ class DistanceHistogram:
 
     def clear(self) -> None:
         self.counts.clear()
-        self.total = 0
+        self.total = self.sum = 0

@@ -73,7 +73,7 @@ class TierView:
     curve: list[CurvePoint] = field(default_factory=list)
     hot_chains: list[HotChain] = field(default_factory=list)
     shared_blocks: int | None = None
-    distances: dict[str, list[int]] = field(default_factory=dict)
+    distances: dict = field(default_factory=dict)  # DistanceHistogram.to_dict()
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__slots__ if k not in ("curve", "hot_chains")}  # type: ignore[attr-defined]
