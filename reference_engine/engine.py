@@ -161,6 +161,7 @@ class LLMEngine:
         self.stats = EngineStats(num_blocks=num_blocks, block_size=block_size)
         self._ids = itertools.count()
         self.kv_event_publisher = None
+        self.kv_events_published = 0  # batches handed to the publisher
         if kv_events is not None:
             from reference_engine.kv_events.publisher import ZmqEventPublisher
 
@@ -311,6 +312,7 @@ class LLMEngine:
             events = self.kv.pool.take_events()
             if events:
                 self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
+                self.kv_events_published += 1
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached block (AllBlocksCleared); False while any request holds blocks."""

@@ -62,6 +62,7 @@ class ReplayResult:
     prefix_cache_hits: int = 0
     computed_tokens: int = 0  # tokens the model computed (prefill, recompute and decode)
     output_tokens: int = 0
+    kv_event_batches: int = 0  # batches published (with kv_events_config)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -106,12 +107,18 @@ def _prompt_ids(req: TraceRequest, index: int, rng: random.Random) -> list[int]:
 
 
 def replay_trace(
-    trace: list[TraceRequest], spec: SimSpec, config: EngineConfig, seed: int = 0
+    trace: list[TraceRequest],
+    spec: SimSpec,
+    config: EngineConfig,
+    seed: int = 0,
+    kv_events_config: str | None = None,
 ) -> ReplayResult:
+    """`kv_events_config` (the flag's JSON): publish the replay's KV events, as a run of the
+    same trace would. Otherwise a replay publishes none, whatever `config` says (a run's own
+    --kv-events-config would bind the live engine's ports again), and keeps no residency
+    histograms."""
     clock = VirtualClock()
-    # A replay is offline: it publishes no KV events and keeps no residency histograms (a
-    # run's own --kv-events-config would bind the live engine's ports again).
-    config = replace(config, kv_events_config=None, kv_cache_metrics=False)
+    config = replace(config, kv_events_config=kv_events_config, kv_cache_metrics=False)
     sim = build_sim_engine(spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000))
     # Virtual time: the executor "sleeps" the modelled step by advancing the clock.
     sim.executor.clock = sim.engine.clock = clock.now
@@ -161,7 +168,9 @@ def replay_trace(
             if out.finished and out.request.group_id not in engine.groups:
                 rec.finished_s = clock.t
                 result.records.append(live.pop(out.request.group_id))
+    engine.close()  # sends the queued KV events, if any
     stats = engine.stats
+    result.kv_event_batches = engine.kv_events_published
     result.duration_s = clock.t
     result.steps = stats.steps
     result.num_preemptions = stats.num_preemptions
