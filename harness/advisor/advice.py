@@ -5,9 +5,11 @@ Order of work: load the bundle (`run_inputs`), diagnose the main engine instance
 (`diagnose`, which runs the exporter's rules), gather the workload evidence (`evidence`),
 measure the run's KV demand by replaying its trace on a pool that never runs out, let the
 rules propose (`verdicts`), replay every proposal against the run's own settings
-(`whatif`) and keep the outcome. A verdict is `verified` only when its replay confirmed
-it; unverified verdicts are kept (with the replay that failed to confirm them) and sorted
-last, so the advice never claims more than was measured.
+(`whatif`) and keep the outcome; a run recorded with --kv-events adds the block-level
+verdicts (`kv_curve`: add_memory from the miss-ratio curve, route_by_prefix). A verdict
+is `verified` only when its replay confirmed it; unverified verdicts are kept (with the
+replay that failed to confirm them) and sorted last, so the advice never claims more than
+was measured.
 
 Invariant: every number in a verdict is in its `evidence`, `projected` or `replay` dict.
 """
@@ -23,6 +25,7 @@ from harness.advisor import capacity
 from harness.advisor.deployment import Deployment
 from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, main_window, windows_from_server_frame
 from harness.advisor.evidence import WorkloadEvidence, completed, workload_evidence
+from harness.advisor.kv_curve import kv_event_verdicts
 from harness.advisor.markdown import render
 from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
 from harness.advisor.run_inputs import RunInputs
@@ -201,7 +204,8 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         )
     outcome = decide(dep, diag, work, demand, upper)
     notes += outcome.notes
-    verdicts = sorted((_verdict(p, replayer, notes) for p in outcome.proposals), key=_rank)
+    verdicts = [_verdict(p, replayer, notes) for p in outcome.proposals]
+    verdicts = sorted(verdicts + kv_event_verdicts(inputs, replayer, diag.kv_pressure, notes), key=_rank)
     diagnosis = {
         **diag.numbers(),
         "preemption_level": diag.preemption_level,

@@ -33,6 +33,7 @@ class Run:
     master_port: int = 0
     notes: list[str] = field(default_factory=list)
     models: list[dict] = field(default_factory=list)
+    kv_events: list[str] = field(default_factory=list)  # the exporter's --kv-events values
     started_unix: float = field(default_factory=time.time)
 
     @property
