@@ -5,11 +5,13 @@ llama.cpp, the reference engine): the exporter has already mapped each dialect t
 names, so the panels answer the operator's question — is the KV cache the bottleneck, and
 what should change — without per-engine queries. Panels follow the question's order: how
 full is the cache and how big is it, is the scheduler preempting because of it, is the
-prefix cache doing its job, what do users feel (latency), and what the exporter advises.
+prefix cache doing its job, what do users feel (latency), which blocks are reused and
+what more blocks would give (KV events, `kvscope_kv_events`), and what the exporter advises.
 """
 
 from __future__ import annotations
 
+from dashboards.kvscope_kv_events import block_residency, kv_events
 from dashboards.layout import Layout, dashboard, datasource_variable, label_variable
 from dashboards.panels import (
     JSON,
@@ -314,8 +316,11 @@ def build() -> JSON:
     """The overview dashboard model, freshly built (deterministic: same input, same JSON)."""
     q = Promql(SELECTOR, by=SERIES)
     layout = Layout()
-    for section in (_kv_cache, _scheduler, _prefix_cache, _latency, _throughput, _advice_and_exporter):
+    for section in (_kv_cache, _scheduler, _prefix_cache, _latency, _throughput):
         section(layout, q)
+    kv_events(layout)
+    block_residency(layout, q)
+    _advice_and_exporter(layout, q)
     return dashboard(
         uid=UID,
         title="kvscope / Overview",

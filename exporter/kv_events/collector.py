@@ -157,7 +157,7 @@ class KvEventsCollector(Collector):
                 depth.add_metric([*li, str(i)], c.depth_blocks)
             if v.shared_blocks is not None:
                 shared.add_metric(li, v.shared_blocks)
-        if any(v.shared_blocks is not None for v in views):
+        if views:
             fleet.add_metric([], self.hub.fleet_shared_blocks)
         yield from (
             stored,

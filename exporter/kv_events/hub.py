@@ -137,9 +137,10 @@ class KvEventsHub:
                         views.append(self._view(st.source.name, rank, medium, tier, now))
                         if medium == PRIMARY:
                             primaries[(st.source.name, rank)] = tier
+        # A lone replica shares nothing: 0, not unknown (it is the whole fleet the exporter sees).
         per, self.fleet_shared_blocks = shared_blocks(primaries) if len(primaries) > 1 else ({}, 0)
         for v in views:
-            if v.medium == PRIMARY and len(primaries) > 1:
+            if v.medium == PRIMARY:
                 v.shared_blocks = per.get((v.target, v.instance), 0)
         self.views = views
         self.ticks += 1

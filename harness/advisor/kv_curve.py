@@ -214,8 +214,7 @@ def _fleet(replayer: Replayer, parts: list[list[TraceRequest]]) -> dict[str, Any
 
 def route_by_prefix(frame: pd.DataFrame, replayer: Replayer | None, notes: list[str]) -> Verdict | None:
     rows = latest(frame)
-    rows = rows[rows["shared_blocks"].notna()]
-    if len(rows) < 2:
+    if len(rows) < 2:  # one replica: nothing to route
         return None
     cached, shared = float(rows["cached_blocks"].sum()), float(rows["shared_blocks"].sum())
     share = shared / cached if cached else 0.0
