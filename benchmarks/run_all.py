@@ -81,6 +81,12 @@ BENCHES = (
         120,
     ),
     _script(
+        "kv_events",
+        "KV event subscriber: block events per second on one core",
+        "benchmarks/kv_events_bench.py",
+        180,
+    ),
+    _script(
         "server_overhead",
         "Server: HTTP overhead and simulated-server capacity",
         "benchmarks/server_overhead.py",
