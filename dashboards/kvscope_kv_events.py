@@ -9,8 +9,8 @@ dashboard's full selector. Without --kv-events these panels show "No data".
 
 from __future__ import annotations
 
-from dashboards.layout import Layout
-from dashboards.panels import PER_S, TOKENS_PER_S, latency, query, table, timeseries
+from dashboards.layout import Layout, add_quantile_panels
+from dashboards.panels import PER_S, TOKENS_PER_S, query, table, timeseries
 from dashboards.promql import Promql
 
 KV = Promql('target=~"$target", instance=~"$instance"', by="target, instance")
@@ -181,8 +181,7 @@ def kv_events(layout: Layout) -> None:
 
 def block_residency(layout: Layout, q: Promql) -> None:
     layout.row("KV block residency (vLLM --kv-cache-metrics)")
-    per_model = Promql(q.selector, by="target, model")
-    for title, histogram, what in (
+    histograms = (
         (
             "Block lifetime",
             "kvscope_kv_block_lifetime_seconds",
@@ -199,13 +198,5 @@ def block_residency(layout: Layout, q: Promql) -> None:
             "kvscope_kv_block_reuse_gap_seconds",
             "Time between consecutive prefix hits on a sampled block.",
         ),
-    ):
-        layout.add(
-            latency(
-                title,
-                f"{what}\n\nMetric: `{histogram}`",
-                per_model.latency_quantiles(histogram),
-                "{{target}} {{model}}",
-            ),
-            w=8,
-        )
+    )
+    add_quantile_panels(layout, q, histograms, w=8)

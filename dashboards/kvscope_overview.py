@@ -12,7 +12,7 @@ what more blocks would give (KV events, `kvscope_kv_events`), and what the expor
 from __future__ import annotations
 
 from dashboards.kvscope_kv_events import block_residency, kv_events
-from dashboards.layout import Layout, dashboard, datasource_variable, label_variable
+from dashboards.layout import Layout, add_quantile_panels, dashboard, datasource_variable, label_variable
 from dashboards.panels import (
     JSON,
     KV_USAGE,
@@ -21,7 +21,6 @@ from dashboards.panels import (
     PREEMPTION_SHARE,
     TOKENS_PER_S,
     field_mappings,
-    latency,
     query,
     stat,
     table,
@@ -195,10 +194,7 @@ def _prefix_cache(layout: Layout, q: Promql) -> None:
 
 def _latency(layout: Layout, q: Promql) -> None:
     layout.row("Latency")
-    # Quantiles aggregate the instances of one target and model: a user sees the service,
-    # not the replica their request landed on.
-    per_model = Promql(q.selector, by="target, model")
-    for title, histogram, what in (
+    histograms = (
         (
             "Time to first token",
             "kvscope_time_to_first_token_seconds",
@@ -215,16 +211,8 @@ def _latency(layout: Layout, q: Promql) -> None:
             "kvscope_request_queue_time_seconds",
             "Time waiting before the first schedule; grows when the KV pool is full.",
         ),
-    ):
-        layout.add(
-            latency(
-                title,
-                f"{what}\n\nMetric: `{histogram}`",
-                per_model.latency_quantiles(histogram),
-                "{{target}} {{model}}",
-            ),
-            w=12,
-        )
+    )
+    add_quantile_panels(layout, q, histograms, w=12)
 
 
 def _throughput(layout: Layout, q: Promql) -> None:
