@@ -18,6 +18,7 @@ from exporter.defaults import (
     DEFAULT_WINDOW_S,
 )
 from exporter.dialects.detect import DIALECTS
+from exporter.dialects.probe import KV_LAYOUTS
 from exporter.units import duration, host_port, size
 
 DIALECT_CHOICES = ("auto", *DIALECTS)
@@ -101,6 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="refuse expositions larger than SIZE after decompression "
         f"(default {DEFAULT_MAX_BYTES >> 20}MiB)",
     )
+    add_probe_flags(p)
     p.add_argument(
         "--record",
         type=Path,
@@ -140,7 +142,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DURATION",
         help=f"time limit when SOURCE is a URL (default {DEFAULT_FETCH_TIMEOUT_S:g}s)",
     )
+    add_probe_flags(ip)
     ip.set_defaults(func=run_inspect)
+
+
+def add_probe_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-probe",
+        dest="probe",
+        action="store_false",
+        help="do not fetch the extra endpoints some dialects read beside /metrics (llama.cpp: GET /slots "
+        "and /v1/models for KV usage and capacity); those quantities then stay unknown",
+    )
+    p.add_argument(
+        "--llamacpp-kv-layout",
+        choices=KV_LAYOUTS,
+        default="auto",
+        help="llama-server's KV cache: one pool shared by all slots (unified: -kvu, or -np left at auto) "
+        "or one per slot (explicit -np N); no endpoint says which, auto infers it (default auto)",
+    )
 
 
 def run_exporter(args: argparse.Namespace) -> int:
@@ -150,6 +170,7 @@ def run_exporter(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    from exporter.dialects.probe import ProbeSettings
     from exporter.inspect_cmd import inspect
 
     return inspect(
@@ -157,6 +178,8 @@ def run_inspect(args: argparse.Namespace) -> int:
         as_json=args.json,
         dialect=args.dialect,
         timeout=args.timeout,
+        probe=args.probe,
+        settings=ProbeSettings(args.llamacpp_kv_layout),
         out=sys.stdout,
         err=sys.stderr,
     )

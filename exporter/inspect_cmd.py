@@ -1,4 +1,8 @@
-"""`kvscope exporter inspect`: one exposition in, dialect and canonical quantities out."""
+"""`kvscope exporter inspect`: one exposition in, dialect and canonical quantities out.
+
+For a URL whose dialect has a probe (llama.cpp: GET /slots for KV usage), the probe's paths
+are fetched from the same server too; a file or stdin cannot be probed, and the notes say so.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,13 @@ import math
 import sys
 from typing import Any, TextIO
 
-from exporter.defaults import DEFAULT_FETCH_TIMEOUT_S
-from exporter.dialects import normalise
-from exporter.parse import parse_exposition
+from exporter.defaults import DEFAULT_FETCH_TIMEOUT_S, DEFAULT_MAX_BYTES
+from exporter.dialects import normalise, probe_for
+from exporter.dialects.common import FamilyIndex
+from exporter.dialects.detect import detect
+from exporter.dialects.probe import ProbeInput, ProbeReply, ProbeSettings, Replies
+from exporter.parse import Exposition, parse_exposition
+from exporter.probe import fetch_replies
 from exporter.quantities import FACTS, QUANTITIES
 from exporter.scrape import TargetError, make_session, parse_target, scrape
 
@@ -44,10 +52,25 @@ def read_source(source: str, timeout: float = DEFAULT_FETCH_TIMEOUT_S, stdin: Te
         raise SourceError(f"cannot read {source}: {e.strerror or e}") from None
 
 
-def report(text: str, dialect: str = "auto") -> dict[str, Any]:
+async def _fetch_probe(url: str, paths: tuple[str, ...], timeout: float) -> dict[str, ProbeReply]:
+    async with make_session(timeout) as session:
+        return await fetch_replies(session, parse_target(url).url, paths, timeout, DEFAULT_MAX_BYTES)
+
+
+def probe_source(source: str, exp: Exposition, dialect: str, timeout: float) -> Replies | None:
+    """The probe replies for a URL source whose dialect has a probe, else None."""
+    if "://" not in source:
+        return None
+    probe = probe_for(detect(FamilyIndex(exp)) if dialect == "auto" else dialect)
+    return asyncio.run(_fetch_probe(source, probe.paths, timeout)) if probe else None
+
+
+def report(
+    text: str, dialect: str = "auto", probe: ProbeInput | None = None, exp: Exposition | None = None
+) -> dict[str, Any]:
     """The inspect JSON document for one exposition text."""
-    exp = parse_exposition(text)
-    norm = normalise(exp, dialect)
+    exp = exp if exp is not None else parse_exposition(text)
+    norm = normalise(exp, dialect, probe)
     doc = norm.to_dict()
     parse_notes = []
     if exp.malformed:
@@ -104,12 +127,17 @@ def inspect(
     timeout: float = DEFAULT_FETCH_TIMEOUT_S,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
+    probe: bool = True,
+    settings: ProbeSettings | None = None,
 ) -> int:
     try:
         text = read_source(source, timeout)
     except SourceError as e:
         print(f"kvscope exporter inspect: {e}", file=err)
         return 1
-    doc = report(text, dialect)
+    exp = parse_exposition(text)
+    replies = probe_source(source, exp, dialect, timeout) if probe else None
+    unprobed = "--no-probe" if not probe else "a file or stdin; inspect the server's URL to probe it"
+    doc = report(text, dialect, ProbeInput(replies, unprobed, settings or ProbeSettings()), exp)
     out.write((json.dumps(doc, indent=2) if as_json else render(doc)) + "\n")
     return 0

@@ -99,4 +99,9 @@ COUNTERS: tuple[str, ...] = tuple(q.name for q in ALL if q.kind == "counter")
 HISTOGRAMS: tuple[str, ...] = tuple(q.name for q in ALL if q.kind == "histogram")
 # What the engine states about its configuration (config-info labels), per instance; strings
 # or numbers, never re-exported as metrics. They combine like "common" quantities.
-FACTS: tuple[str, ...] = ("kv_cache_dtype", "gpu_memory_utilization", "prefix_cache_unit")
+FACTS: tuple[str, ...] = (
+    "kv_cache_dtype",
+    "gpu_memory_utilization",
+    "prefix_cache_unit",
+    "enable_prefix_caching",
+)

@@ -3,7 +3,9 @@
 One `Exporter` owns every target's state (no module-level state). Each tick scrapes all
 targets concurrently; each scrape is bounded by its own timeout, so one slow target cannot
 delay the others beyond it. Parse/normalise failures are contained per target: the loop
-never dies because of what a target sent.
+never dies because of what a target sent. A dialect with a probe (llama.cpp's /slots) has its
+paths fetched concurrently with the scrape, from the scrape after the dialect was first
+recognised (or from the first, when `--dialect` names it), within the same timeout.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import aiohttp
 
 from exporter.defaults import DEFAULT_INTERVAL_S, DEFAULT_MAX_BYTES, DEFAULT_WINDOW_S, HISTORY_POINTS
 from exporter.diagnosis import Diagnosis, Thresholds, diagnose
-from exporter.dialects import normalise
+from exporter.dialects import normalise, probe_for
+from exporter.dialects.probe import ProbeInput, ProbeSettings, Replies
 from exporter.parse import parse_exposition
+from exporter.probe import fetch_replies
 from exporter.quantities import Key
 from exporter.record import Recorder
 from exporter.scrape import REASONS, ScrapeResult, Target, make_session, scrape
@@ -40,6 +44,8 @@ class Options:
     history: int = HISTORY_POINTS
     record_dir: Path | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
+    probe: bool = True  # fetch the extra endpoints a dialect reads (see dialects.probe)
+    probe_settings: ProbeSettings = field(default_factory=ProbeSettings)
 
     @property
     def scrape_timeout(self) -> float:
@@ -98,14 +104,16 @@ class Exporter:
     def state(self, name: str) -> TargetState | None:
         return next((s for s in self.states if s.target.name == name), None)
 
-    def ingest(self, state: TargetState, result: ScrapeResult, t: float) -> Point:
+    def ingest(
+        self, state: TargetState, result: ScrapeResult, t: float, replies: Replies | None = None
+    ) -> Point:
         """Turn one scrape result into a Point, update counters and derived values."""
         state.scrapes += 1
         state.last_duration = result.duration
         point = Point(t, False, reason=result.reason)
         if result.text is not None:
             try:
-                point = self._process(state, result.text, t)
+                point = self._process(state, result.text, t, replies)
             except Exception as e:  # noqa: BLE001 - contained: counted, the loop goes on
                 log.exception("target %s: processing failed", state.target.name)
                 point = Point(t, False, reason="internal")
@@ -125,7 +133,7 @@ class Exporter:
             self.recorder.write(state.target.name, point, state.dialect, derived)
         return point
 
-    def _process(self, state: TargetState, text: str, t: float) -> Point:
+    def _process(self, state: TargetState, text: str, t: float, replies: Replies | None) -> Point:
         exp = parse_exposition(text)
         state.parse_stats = {
             "samples": exp.sample_count,
@@ -139,7 +147,10 @@ class Exporter:
         for reason in ("malformed_lines", "duplicate_series", "non_finite"):
             if state.parse_stats[reason]:
                 state.count(reason)
-        norm = normalise(exp, self.options.dialect)
+        unprobed = "the first scrape, before the dialect was known" if self.options.probe else "--no-probe"
+        norm = normalise(
+            exp, self.options.dialect, ProbeInput(replies, unprobed, self.options.probe_settings)
+        )
         if norm.dialect == "unknown":
             state.count("unknown_dialect")
         state.dialect, state.variant, state.notes = norm.dialect, norm.variant, norm.notes
@@ -158,10 +169,24 @@ class Exporter:
             )
         return out
 
+    def _probe_paths(self, state: TargetState) -> tuple[str, ...]:
+        if not self.options.probe:
+            return ()
+        known = self.options.dialect if self.options.dialect != "auto" else state.dialect
+        probe = probe_for(known)
+        return probe.paths if probe is not None else ()
+
     async def scrape_target(self, session: aiohttp.ClientSession, state: TargetState) -> Point:
         t = time.time()
-        result = await scrape(session, state.target, self.options.scrape_timeout, self.options.max_bytes)
-        return self.ingest(state, result, t)
+        o = self.options
+        metrics = scrape(session, state.target, o.scrape_timeout, o.max_bytes)
+        paths = self._probe_paths(state)
+        if not paths:
+            return self.ingest(state, await metrics, t)
+        result, replies = await asyncio.gather(
+            metrics, fetch_replies(session, state.target.url, paths, o.scrape_timeout, o.max_bytes)
+        )
+        return self.ingest(state, result, t, replies)
 
     async def scrape_all(self, session: aiohttp.ClientSession) -> list[Point]:
         return list(await asyncio.gather(*(self.scrape_target(session, s) for s in self.states)))

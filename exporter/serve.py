@@ -12,6 +12,7 @@ import sys
 from aiohttp import web
 
 from exporter.app import make_app
+from exporter.dialects.probe import ProbeSettings
 from exporter.runner import Exporter, Options
 from exporter.scrape import Target, TargetError, parse_target
 
@@ -86,6 +87,8 @@ def serve(args: argparse.Namespace) -> int:
         dialect=args.dialect,
         window=args.window,
         record_dir=args.record,
+        probe=args.probe,
+        probe_settings=ProbeSettings(args.llamacpp_kv_layout),
     )
     host, port = args.listen
     exporter = Exporter(targets, options)

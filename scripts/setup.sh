@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh clone: a virtual environment with the CPU build of torch,
-# kvscope in editable mode with its dev extras, the SmolLM2 model file, and the system
-# tools the tests use (Prometheus + promtool, Chromium). Safe to run repeatedly: each step
-# is skipped when what it installs is already there.
+# kvscope in editable mode with its dev extras, the SmolLM2 model file, the system tools the
+# tests use (Prometheus + promtool, Chromium, CMake and a C++ compiler), and llama.cpp's
+# llama-server built from source into ~/.cache/kvscope (scripts/build_llama_server.sh; about
+# 8-10 minutes on 2 cores the first time, then reused). Safe to run repeatedly: each step is
+# skipped when what it installs is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +43,9 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # tests/deploy builds the exporter image (deploy/offline_build.py): Podman, and debootstrap
 # for the stand-in base image when no container registry is reachable.
 for tool in podman buildah debootstrap; do command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool"); done
+# llama-server's build (the llama.cpp target tests compare kvscope against).
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "[setup] installing system packages: ${need_apt[*]}"
@@ -52,4 +57,5 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 # Debian's prometheus package starts a system service; the tests start their own instances.
 if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi
+PIP="$PIP" bash scripts/build_llama_server.sh >/dev/null
 echo "[setup] ready: $VENV"

@@ -166,10 +166,10 @@ def histogram(
     summed bucket by bucket. A missing +Inf bucket is filled from `_count` (or the largest
     bucket); counts are forced non-decreasing so a torn fragment stays a valid histogram.
     """
-    base = idx.first([b + "_bucket" for b in bases])
     out: dict[Key, HistogramSample] = {}
+    base = idx.first([b + "_bucket" for b in bases])
     if base is None:
-        return out, None
+        return _count_only(idx, bases, keyer, ids)
     base = base[: -len("_bucket")]
     buckets: dict[Key, dict[float, float]] = {}
     for labels, value in idx.rows(base + "_bucket"):
@@ -198,7 +198,27 @@ def histogram(
     return out, base
 
 
-def _sum_by_key(rows: list[tuple[Labels, float]], keyer: Keyer) -> dict[Key, float]:
+def bases_with(bases: Sequence[str], suffix: str) -> list[str]:
+    return [b + suffix for b in bases]
+
+
+def _count_only(
+    idx: FamilyIndex, bases: Sequence[str], keyer: Keyer, ids: dict[Key, dict[str, str]] | None
+) -> tuple[dict[Key, HistogramSample], str | None]:
+    """A fragment with `_count` (and maybe `_sum`) but no bucket line: a one-bucket (+Inf)
+    histogram, so the instance and its request count survive a paste that lost the buckets."""
+    name = idx.first(bases_with(bases, "_count"))
+    if name is None:
+        return {}, None
+    base = name[: -len("_count")]
+    counts = _sum_by_key(idx.rows(name), keyer, ids)
+    sums = _sum_by_key(idx.rows(base + "_sum"), keyer)
+    return {k: HistogramSample((math.inf,), (c,), sums.get(k), c) for k, c in counts.items()}, base
+
+
+def _sum_by_key(
+    rows: list[tuple[Labels, float]], keyer: Keyer, ids: dict[Key, dict[str, str]] | None = None
+) -> dict[Key, float]:
     out: dict[Key, float] = {}
     for labels, value in rows:
         if not math.isfinite(value):
@@ -206,6 +226,8 @@ def _sum_by_key(rows: list[tuple[Labels, float]], keyer: Keyer) -> dict[Key, flo
         k = keyer(labels)
         if k is not None:
             out[k[0]] = out.get(k[0], 0.0) + value
+            if ids is not None:
+                ids.setdefault(k[0], k[1])
     return out
 
 
@@ -253,15 +275,18 @@ class Spec:
 
     Each entry maps a quantity to `(aliases, where)`, `where` being an optional
     `(label, value)` selector for engines that multiplex quantities over one family.
+    `prefixes` name the engine's families, whose series all count for `complete_instances`.
     """
 
     gauges: dict[str, tuple[tuple[str, ...], Where]] = field(default_factory=dict)
     counters: dict[str, tuple[tuple[str, ...], Where]] = field(default_factory=dict)
     histograms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    prefixes: tuple[str, ...] = ()  # the engine's families: any of them names instances
 
 
 def extract(idx: FamilyIndex, spec: Spec, keyer: Keyer) -> tuple[dict[Key, EngineSample], dict[str, str]]:
-    """Apply a Spec: one EngineSample per instance, and which alias each quantity used."""
+    """Apply a Spec: one EngineSample per instance (seen on any of the engine's series, see
+    `complete_instances`), and which alias each quantity used."""
     ids: dict[Key, dict[str, str]] = {}
     values: dict[str, dict[Key, float]] = {}
     hists: dict[str, dict[Key, HistogramSample]] = {}
@@ -278,7 +303,40 @@ def extract(idx: FamilyIndex, spec: Spec, keyer: Keyer) -> tuple[dict[Key, Engin
         hists[h], name = histogram(idx, bases, keyer, ids)
         if name:
             used[h] = name
-    return assemble(ids, values, hists), used
+    samples = assemble(ids, values, hists)
+    complete_instances(idx, keyer, samples, spec.prefixes)
+    return samples, used
+
+
+def complete_instances(
+    idx: FamilyIndex, keyer: Keyer, samples: dict[Key, EngineSample], prefixes: tuple[str, ...]
+) -> None:
+    """Add an (empty) instance for every instance label value (vLLM's `engine`, SGLang's
+    `dp_rank`) seen on any series of the engine, also families no quantity reads
+    (`vllm:iteration_tokens_total`, info series): a paste that carries one data-parallel rank
+    only in such lines still shows that rank. Engines without labels get their one instance
+    from any series.
+
+    Only series with an instance label count (SGLang's `func_latency_seconds{name=...}` has a
+    `name` that is not a model). A series without the model label (vLLM's cache_config_info
+    carries `engine` only) names no new instance when some instance with a model already has
+    that instance part.
+    """
+    unlabelled = not keyer.instance_labels and not keyer.model_labels
+    seen: dict[Key, dict[str, str]] = {}
+    for name, rows in idx.samples.items():
+        if not name.startswith(prefixes):
+            continue
+        for labels, _ in rows:
+            if not unlabelled and not any(lbl in labels for lbl in keyer.instance_labels):
+                continue
+            k = keyer(labels)
+            if k is not None:
+                seen.setdefault(k[0], k[1])
+    modelled = {key[1] for key in (*samples, *seen) if key[0]}
+    for key, ident in seen.items():
+        if key not in samples and (key[0] or key[1] not in modelled):
+            samples[key] = EngineSample(model=key[0], instance=key[1], labels=dict(ident))
 
 
 def unobserved(idx: FamilyIndex, prefixes: tuple[str, ...]) -> list[str]:

@@ -32,6 +32,25 @@ UNPREFIXED_TRTLLM: frozenset[str] = frozenset(
 )
 
 
+# Triton's general families; they name a TensorRT-LLM engine only through a model label.
+TRITON_GENERAL = "nv_inference_"
+TRTLLM_MODEL_MARKS = ("tensorrt_llm", "tensorrtllm", "trtllm", "trt_llm")
+
+
+def trtllm_model(labels: dict[str, str]) -> bool:
+    """Is this Triton series about a TensorRT-LLM model? tensorrtllm_backend's model
+    repository names it `tensorrt_llm` (and `tensorrt_llm_bls`); renamed ones usually keep it."""
+    name = labels.get("model", "").lower()
+    return any(mark in name for mark in TRTLLM_MODEL_MARKS)
+
+
+def _triton_trtllm(idx: FamilyIndex) -> bool:
+    return any(
+        name.startswith(TRITON_GENERAL) and any(trtllm_model(labels) for labels, _ in rows)
+        for name, rows in idx.samples.items()
+    )
+
+
 def _base(name: str) -> str:
     for suffix in ("_bucket", "_count", "_sum", "_created"):
         if name.endswith(suffix):
@@ -52,5 +71,7 @@ def detect(idx: FamilyIndex) -> str:
     if scores[best] > 0:
         return best
     if any(_base(n) in UNPREFIXED_TRTLLM or n in UNPREFIXED_TRTLLM for n in names):
+        return "trtllm"
+    if _triton_trtllm(idx):
         return "trtllm"
     return "unknown"

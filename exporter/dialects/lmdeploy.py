@@ -31,6 +31,7 @@ SPEC = Spec(
         "e2e_request_latency_seconds": ("lmdeploy_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("lmdeploy_request_queue_time_seconds",),
     },
+    prefixes=("lmdeploy_",),
 )
 QUANT_POLICY = {"0": "auto", "4": "int4", "8": "int8"}
 

@@ -77,6 +77,7 @@ class EngineSample:
     kv_cache_dtype: str | None = None
     gpu_memory_utilization: float | None = None
     prefix_cache_unit: str | None = None
+    enable_prefix_caching: bool | None = None  # as the engine's config-info states it
     histograms: dict[str, HistogramSample] = field(default_factory=dict)
 
     @property

@@ -37,6 +37,7 @@ SPEC = Spec(
         "e2e_request_latency_seconds": ("sglang_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("sglang_queue_time_seconds",),
     },
+    prefixes=("sglang_",),
 )
 RANKS = ("tp_rank", "pp_rank", "moe_ep_rank")
 

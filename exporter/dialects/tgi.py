@@ -26,6 +26,7 @@ SPEC = Spec(
         "e2e_request_latency_seconds": ("tgi_request_duration",),
         "request_queue_time_seconds": ("tgi_request_queue_duration",),
     },
+    prefixes=("tgi_",),
 )
 
 

@@ -4,6 +4,11 @@ Triton multiplexes quantities over one gauge family with a sub-label; its model 
 (`model`, `version`). There is no preemption counter (only the instantaneous
 `paused_requests` gauge) and no prefix-cache miss counter, so both stay unknown.
 
+Triton exposing only its general `nv_inference_*` families (the TRT-LLM backend's own
+metrics off or absent) for a TensorRT-LLM model (`model` label such as `tensorrt_llm`, see
+`detect.trtllm_model`) is still TRT-LLM on Triton: finished requests from
+`nv_inference_request_success`, everything about the KV cache and the batch unknown.
+
 trtllm-serve: `trtllm_*` names (2026), or the five unprefixed 1.0/1.1 names. Prefix hits
 prefer token counters (`prompt_cached_tokens_total` / `prompt_tokens_total`); the block
 counters (reused / reused + missed) are converted with `kv_cache_tokens_per_block`.
@@ -20,6 +25,7 @@ from exporter.dialects.common import (
     fill_capacity,
     unobserved_note,
 )
+from exporter.dialects.detect import UNPREFIXED_TRTLLM, trtllm_model
 from exporter.dialects.sample import Normalised
 
 KV = "nv_trt_llm_kv_cache_block_metrics"
@@ -32,6 +38,7 @@ TRITON = Spec(
         "requests_running": ((REQ,), ("request_type", "active")),
         "requests_waiting": ((REQ,), ("request_type", "waiting")),
     },
+    prefixes=("nv_trt_llm_", "nv_llm_"),
 )
 SERVE = Spec(
     gauges={
@@ -55,6 +62,12 @@ SERVE = Spec(
         "e2e_request_latency_seconds": ("trtllm_e2e_request_latency_seconds", "e2e_request_latency_seconds"),
         "request_queue_time_seconds": ("trtllm_request_queue_time_seconds", "request_queue_time_seconds"),
     },
+    prefixes=("trtllm_", *UNPREFIXED_TRTLLM),
+)
+
+
+TRITON_GENERAL = Spec(
+    counters={"requests_finished": (("nv_inference_request_success",), None)}, prefixes=("nv_inference_",)
 )
 
 
@@ -76,6 +89,21 @@ def _triton(idx: FamilyIndex) -> Normalised:
     notes.append("prefix-cache hit ratio not derivable: Triton exports reused blocks but no misses")
     notes.append("no latency histograms or token counters from the TRT-LLM Triton backend")
     notes += unobserved_note(idx, ("nv_trt_llm_",))
+    return Normalised("trtllm", "triton", list(samples.values()), notes=notes)
+
+
+def _triton_general(idx: FamilyIndex) -> Normalised:
+    """Only Triton's own nv_inference_* families: one instance per TensorRT-LLM model."""
+    keyer = Keyer(
+        model_labels=("model",), instance_labels=("version",), drop=lambda labels: not trtllm_model(labels)
+    )
+    samples, _ = extract(idx, TRITON_GENERAL, keyer)
+    notes = [
+        "TensorRT-LLM on Triton recognised from Triton's general nv_inference_* metrics only: KV usage, "
+        "capacity, prefix cache, running and waiting unknown (no nv_trt_llm_* backend metrics in "
+        "this exposition)",
+        "requests_finished from nv_inference_request_success of the TensorRT-LLM model",
+    ]
     return Normalised("trtllm", "triton", list(samples.values()), notes=notes)
 
 
@@ -110,6 +138,11 @@ def _serve(idx: FamilyIndex) -> Normalised:
 
 
 def normalise(idx: FamilyIndex) -> Normalised:
-    if any(n.startswith(("nv_trt_llm_", "nv_llm_")) for n in idx.names()):
+    names = idx.names()
+    if any(n.startswith(("nv_trt_llm_", "nv_llm_")) for n in names):
         return _triton(idx)
+    if not any(n.startswith("trtllm_") or n in UNPREFIXED_TRTLLM for n in names) and any(
+        n.startswith("nv_inference_") for n in names
+    ):
+        return _triton_general(idx)
     return _serve(idx)

@@ -54,6 +54,7 @@ SPEC = Spec(
         "kv_block_idle_before_evict_seconds": ("vllm_kv_block_idle_before_evict_seconds",),
         "kv_block_reuse_gap_seconds": ("vllm_kv_block_reuse_gap_seconds",),
     },
+    prefixes=("vllm_",),
 )
 
 V1_NAMES = frozenset(
@@ -138,6 +139,9 @@ def _cache_config(idx: FamilyIndex, samples: dict[Key, EngineSample], notes: lis
             s.kv_capacity_blocks = num(labels.get("num_gpu_blocks"))
             s.kv_cache_dtype = labels.get("cache_dtype")
             s.gpu_memory_utilization = num(labels.get("gpu_memory_utilization"))
+            s.enable_prefix_caching = {"True": True, "False": False}.get(
+                labels.get("enable_prefix_caching", "")
+            )
             fill_capacity(s)
     if any(labels.get("num_gpu_blocks") in (None, "None") for labels, _ in rows):
         notes.append("cache_config_info has no usable num_gpu_blocks: KV capacity unknown")

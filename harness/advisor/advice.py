@@ -5,11 +5,13 @@ Order of work: load the bundle (`run_inputs`), diagnose the main engine instance
 (`diagnose`, which runs the exporter's rules), gather the workload evidence (`evidence`),
 measure the run's KV demand by replaying its trace on a pool that never runs out, let the
 rules propose (`verdicts`), replay every proposal against the run's own settings
-(`whatif`) and keep the outcome; a run recorded with --kv-events adds the block-level
-verdicts (`kv_curve`: add_memory from the miss-ratio curve, route_by_prefix). A verdict
-is `verified` only when its replay confirmed it; unverified verdicts are kept (with the
-replay that failed to confirm them) and sorted last, so the advice never claims more than
-was measured.
+(`whatif`) and keep the outcome. A verdict is `verified` only when its replay confirmed
+it, and only when the replay of the run as it was resembles the run (`plausibility`);
+unverified verdicts are kept (with the replay that failed to confirm them) and sorted
+last, so the advice never claims more than was measured. Facts a rule or the replays need
+and no source stated (`facts`) are listed in `missing_facts`, each with the `--deployment`
+key that states it. A run recorded with --kv-events adds the block-level verdicts
+(`kv_curve`: add_memory from the miss-ratio curve, route_by_prefix).
 
 Invariant: every number in a verdict is in its `evidence`, `projected` or `replay` dict.
 """
@@ -25,8 +27,10 @@ from harness.advisor import capacity
 from harness.advisor.deployment import Deployment
 from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, main_window, windows_from_server_frame
 from harness.advisor.evidence import WorkloadEvidence, completed, workload_evidence
+from harness.advisor.facts import REPLAYS, collect, replay_missing
 from harness.advisor.kv_curve import kv_event_verdicts
 from harness.advisor.markdown import render
+from harness.advisor.plausibility import implausible
 from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
 from harness.advisor.run_inputs import RunInputs
 from harness.advisor.sizing import blocks_for_tokens
@@ -52,10 +56,11 @@ def deployment_view(dep: Deployment) -> dict[str, Any]:
         "tensor_parallel_size": dep.tp,
         "gpu_memory_utilization": dep.gpu_memory_utilization,
         "kv_cache_dtype": dep.kv_dtype,
-        "num_blocks": capacity.base_blocks(dep),
+        "num_blocks": capacity.base_blocks(dep) if dep.bundled else dep.num_blocks,  # stated, not derived
         "max_model_len": dep.max_model_len,
         **{name: dep.known(name) for name in ENGINE_VIEW},
-        "unstated": [name for name in ("kv_cache_dtype", *ENGINE_VIEW) if name in dep.unstated],
+        "unstated": [name for name in ("kv_cache_dtype", *ENGINE_VIEW) if name in dep.unstated]
+        + sorted(dep.catalogue_unstated),
     }
 
 
@@ -63,7 +68,7 @@ def admission_tokens(dep: Deployment, work: WorkloadEvidence | None) -> int:
     """Free KV tokens a new request needs to be admitted: a contiguous allocator reserves
     max_model_len; a paged engine needs its first prompt chunk (typical prompt, capped by the
     token budget). 0 when unknown."""
-    if dep.engine.allocator == "contiguous" and dep.max_model_len:
+    if dep.known("allocator") == "contiguous" and dep.max_model_len:
         return dep.max_model_len
     if work is None or work.lengths is None:
         return 0
@@ -73,7 +78,7 @@ def admission_tokens(dep: Deployment, work: WorkloadEvidence | None) -> int:
 
 def diagnose_run(inputs: RunInputs, work: WorkloadEvidence | None = None) -> WindowDiagnosis | None:
     dep = inputs.deployment
-    windows = windows_from_server_frame(inputs.server, dep.kv_dtype, dep.gpu_memory_utilization)
+    windows = windows_from_server_frame(inputs.server, dep.stated_kv_dtype, dep.gpu_memory_utilization)
     main = main_window(windows)
     if main is None:
         return None
@@ -91,7 +96,8 @@ def _upper_bound_demand(inputs: RunInputs, work: WorkloadEvidence) -> int | None
     blocks of a p99-long request. An upper bound (not every request is at full length)."""
     server, bs = inputs.server, inputs.deployment.engine.block_size
     if (
-        not {"requests_running", "requests_waiting"} <= set(server.columns)
+        inputs.deployment.unknown(("block_size",))
+        or not {"requests_running", "requests_waiting"} <= set(server.columns)
         or work.lengths is None
         or server.empty
     ):
@@ -124,7 +130,11 @@ def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None,
     return (math.ceil(metrics.peak_kv_usage * (ample - 1)) if metrics.completed else None), note
 
 
-def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdict:
+def _verdict(
+    p: Proposal, replayer: Replayer | None, notes: list[str], distrust: str | None = None
+) -> Verdict:
+    """The proposal with its replay; never verified when `distrust` says the baseline does not
+    model the run."""
     claim = {f.name: json_safe(getattr(p, f.name)) for f in fields(Claim)}
     if p.change is None or replayer is None:
         return Verdict(**claim, verified=False)
@@ -144,6 +154,9 @@ def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdic
             if verified
             else f"more KV memory helps after all: {why}",
         )
+    if distrust:
+        verified = False
+        replay.update(verified=False, implausible=distrust)
     alternatives = []
     for alt in p.alternatives:
         try:
@@ -153,6 +166,14 @@ def _verdict(p: Proposal, replayer: Replayer | None, notes: list[str]) -> Verdic
             continue
         alternatives.append(json_safe(c.to_dict()))
     return Verdict(**claim, verified=verified, replay=json_safe(replay), alternatives=alternatives)
+
+
+def _trusted_baseline(replayer: Replayer, inputs: RunInputs, notes: list[str]) -> str | None:
+    """Why the replays cannot verify (an implausible baseline), noted once; None when they can."""
+    why = implausible(replayer.baseline(), completed(inputs.requests))
+    if why:
+        notes.append(f"replays not trusted: {why}")
+    return why
 
 
 def _rank(v: Verdict) -> tuple:
@@ -168,7 +189,8 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     dep = inputs.deployment
     work = workload_evidence(inputs)
     diag = diagnose_run(inputs, work)
-    notes: list[str] = []
+    notes: list[str] = list(inputs.notes)
+    needed: dict[str, list[str]] = {}
     workload = {
         "lengths": None if work.lengths is None else asdict(work.lengths),
         "prefixes": None
@@ -187,11 +209,18 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     if diag is None:
         notes.append("server.parquet has no samples from the engine: no diagnosis")
         return Advice(str(inputs.path or ""), deployment_view(dep), {}, json_safe(workload), [], notes)
-    replayer = None
+    replayer, distrust = None, None
     demand, upper = None, _upper_bound_demand(inputs, work)
-    if replay and not completed(inputs.requests).empty:
+    if replay and (lacking := replay_missing(dep)):
+        needed[REPLAYS] = lacking
+        notes.append(
+            f"no replay: the simulator would have to guess {', '.join(lacking)} (see missing_facts); "
+            "verdicts stay unverified"
+        )
+    elif replay and not completed(inputs.requests).empty:
         try:
             replayer = make_replayer(inputs, work, diag.mean_running)
+            distrust = _trusted_baseline(replayer, inputs, notes)
             if diag.kv_pressure:
                 demand, note = _replayed_demand(replayer, inputs)
                 notes += [note] if note else []
@@ -204,8 +233,10 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         )
     outcome = decide(dep, diag, work, demand, upper)
     notes += outcome.notes
-    verdicts = [_verdict(p, replayer, notes) for p in outcome.proposals]
-    verdicts = sorted(verdicts + kv_event_verdicts(inputs, replayer, diag.kv_pressure, notes), key=_rank)
+    needed = {**outcome.missing, **needed}
+    verdicts = [_verdict(p, replayer, notes, distrust) for p in outcome.proposals]
+    verdicts += kv_event_verdicts(inputs, replayer, diag.kv_pressure, notes, distrust)
+    verdicts = sorted(verdicts, key=_rank)
     diagnosis = {
         **diag.numbers(),
         "preemption_level": diag.preemption_level,
@@ -215,11 +246,6 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         "exporter_advice": [a for a, on in diag.exporter_advice.items() if on],
         "exporter_reasons": diag.exporter_reasons,
     }
-    if replayer is not None and dep.assumed_for_replay:
-        notes.append(
-            f"replays use the simulator's defaults for {', '.join(dep.assumed_for_replay)}: "
-            "no source stated the server's"
-        )
     if replayer is not None and replayer.excluded:
         notes.append(f"{replayer.excluded} request(s) without token counts (failed) are not in the replays")
     recorded = (
@@ -240,6 +266,7 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         verdicts,
         notes,
         replayer.time_axis if replayer else None,
+        [m.to_json() for m in collect(needed)],
     )
 
 

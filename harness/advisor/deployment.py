@@ -2,12 +2,14 @@
 deployment facts and the samples the exporter took, never from defaults.
 
 Sources, in order: the facts the run recorded (`harness.bundle.deployment`: the bundled
-engine's and simulator's configuration, or what a --target server stated), then what the
-server's own samples show (`kv_capacity_blocks` and `kv_block_size_tokens`, which beat any
-re-derivation; for a --target server also vLLM's cache_config_info dtype and
-gpu_memory_utilization), then what the operator tells `kvscope advise` (`with_target_spec`).
-Engine settings no source stated are listed in `unstated`: reported as unknown, and where a
-replay needs one it runs with the simulator's default (the advice says so).
+engine's and simulator's configuration, or what a --target server and the user stated; what
+`kvscope advise --deployment` adds is merged in before `resolve`), then what the server's own
+samples show (`kv_capacity_blocks` and `kv_block_size_tokens`, which beat any re-derivation;
+for a --target server also vLLM's cache_config_info dtype and gpu_memory_utilization).
+Settings no source stated are listed in `unstated` (engine) and `catalogue_unstated`: they
+are reported as unknown, and what needs one (a verdict, a replay) is not done
+(`harness.advisor.facts`); the EngineConfig defaults in `engine` stand in only for fields
+nothing reads.
 
 Invariant: a model or GPU the catalogue does not know raises AdvisorError (one line).
 """
@@ -23,16 +25,10 @@ from harness.advisor.errors import AdvisorError
 from harness.bundle.deployment import DeploymentFacts
 from reference_engine.catalogue import CatalogueError, get_gpu, get_model, kv_dtype_bytes
 from reference_engine.config import EngineConfig
+from reference_engine.sim.spec import SimSpec
 
 ENGINE_FIELDS = frozenset(f.name for f in fields(EngineConfig))
-# The scheduler settings a replay runs with; unstated ones are the simulator's defaults.
-REPLAY_SETTINGS = (
-    "block_size",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "allocator",
-    "enable_prefix_caching",
-)
+CATALOGUE_FIELDS = frozenset(f.name for f in fields(SimSpec))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +54,33 @@ class Deployment:
     num_blocks: int | None = None
     max_model_len: int | None = None
     unstated: frozenset[str] = frozenset()
+    catalogue_unstated: frozenset[str] = frozenset()
 
     def known(self, name: str) -> Any:
         """An engine setting when some source stated it, else None."""
         return None if name in self.unstated else getattr(self.engine, name)
 
+    def unknown(self, names: tuple[str, ...]) -> list[str]:
+        """Which of these facts no source stated. Names are EngineConfig fields, except
+        `model` and `gpu` (catalogue names), `tensor_parallel_size` and
+        `gpu_memory_utilization` (SimSpec's), and `num_blocks` and `max_model_len`, known
+        from the samples as well as the facts."""
+        present = {
+            "model": self.model,
+            "gpu": self.gpu,
+            "num_blocks": self.num_blocks,
+            "max_model_len": self.max_model_len,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+        }
+        return [
+            n
+            for n in names
+            if (present[n] is None if n in present else n in self.catalogue_unstated or n in self.unstated)
+        ]
+
     @property
-    def assumed_for_replay(self) -> list[str]:
-        return [name for name in REPLAY_SETTINGS if name in self.unstated]
+    def stated_kv_dtype(self) -> str | None:
+        return None if "kv_cache_dtype" in self.unstated else self.kv_dtype
 
     @property
     def kv_dtype(self) -> str:
@@ -161,49 +176,20 @@ def resolve(facts: DeploymentFacts | None, server: pd.DataFrame) -> Deployment:
         if isinstance(reported_gmu, float) and 0 < reported_gmu <= 1:
             gmu = reported_gmu
     max_len = config.max_model_len
-    if max_len is None and model is not None:
-        max_len = get_model(model).max_context
+    if max_len is None and model is not None and facts.bundled:
+        max_len = get_model(model).max_context  # the engine's own default: the model's context
+    catalogue_unstated = frozenset() if facts.bundled else CATALOGUE_FIELDS - catalogue.keys()
     return Deployment(
-        config, facts.bundled, simulated, model, gpu, tp, gmu, weight_dtype, num_blocks, max_len, unstated
-    )
-
-
-def with_target_spec(
-    dep: Deployment,
-    *,
-    model: str | None = None,
-    gpu: str | None = None,
-    tp: int | None = None,
-    gpu_memory_utilization: float | None = None,
-    kv_cache_dtype: str | None = None,
-    max_model_len: int | None = None,
-    max_num_seqs: int | None = None,
-) -> Deployment:
-    """The deployment with what the operator told `kvscope advise` about a --target server
-    (or a correction for a bundled one). Unknown names raise AdvisorError."""
-    try:
-        model = get_model(model).name if model else dep.model
-        gpu = get_gpu(gpu).name if gpu else dep.gpu
-        if kv_cache_dtype:
-            kv_dtype_bytes(kv_cache_dtype)
-    except CatalogueError as exc:
-        raise AdvisorError(str(exc)) from None
-    told = {
-        k: v
-        for k, v in (
-            ("kv_cache_dtype", kv_cache_dtype),
-            ("max_num_seqs", max_num_seqs),
-            ("max_model_len", max_model_len),
-        )
-        if v
-    }
-    return replace(
-        dep,
-        engine=replace(dep.engine, **told),
-        model=model,
-        gpu=gpu,
-        tp=tp or dep.tp,
-        gpu_memory_utilization=gpu_memory_utilization or dep.gpu_memory_utilization,
-        max_model_len=max_model_len or dep.max_model_len,
-        unstated=dep.unstated - told.keys(),
+        config,
+        facts.bundled,
+        simulated,
+        model,
+        gpu,
+        tp,
+        gmu,
+        weight_dtype,
+        num_blocks,
+        max_len,
+        unstated,
+        catalogue_unstated,
     )

@@ -18,7 +18,7 @@ blocks first run more requests at once, and a note says the projection is then a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -264,9 +264,14 @@ def route_by_prefix(frame: pd.DataFrame, replayer: Replayer | None, notes: list[
 
 
 def kv_event_verdicts(
-    inputs: RunInputs, replayer: Replayer | None, kv_pressure: bool, notes: list[str]
+    inputs: RunInputs,
+    replayer: Replayer | None,
+    kv_pressure: bool,
+    notes: list[str],
+    distrust: str | None = None,
 ) -> list[Verdict]:
-    """The block-level verdicts of a run recorded with --kv-events (none otherwise)."""
+    """The block-level verdicts of a run recorded with --kv-events (none otherwise); never
+    verified when `distrust` says the replay of the run as it was does not resemble it."""
     frame = read_kv_events(inputs.path)
     if frame is None or frame.empty:
         return []
@@ -279,4 +284,11 @@ def kv_event_verdicts(
         out += [v] if v is not None else []
     v = route_by_prefix(frame, replayer, notes)
     out += [v] if v is not None else []
+    if distrust:
+        out = [
+            replace(v, verified=False, replay={**v.replay, "verified": False, "implausible": distrust})
+            if v.replay
+            else v
+            for v in out
+        ]
     return out

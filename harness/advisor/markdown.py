@@ -96,6 +96,12 @@ def render(advice: Advice, heading: str = "## Advice") -> str:
                     for o in options
                 )
             )
+    if advice.missing_facts:
+        lines += ["", "Facts the advice lacks (no source stated them; nothing was assumed):"]
+        lines += [
+            f"- `{m['fact']}`, for {', '.join(m['needed_for'])}: state it with `{m['supply']}`"
+            for m in advice.missing_facts
+        ]
     if advice.notes:
         lines += ["", "Also checked:"] + [f"- {n}" for n in advice.notes]
     if advice.time_axis:

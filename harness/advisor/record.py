@@ -45,6 +45,7 @@ class Advice:
     verdicts: list[Verdict]
     notes: list[str]
     time_axis: str | None = None
+    missing_facts: list[dict[str, Any]] = field(default_factory=list)  # facts.MissingFact.to_json()
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "verdicts": [asdict(v) for v in self.verdicts]}

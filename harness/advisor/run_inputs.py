@@ -1,5 +1,7 @@
 """What the advisor reads from a results bundle: the measured requests, the server's
 samples and the deployment that ran (`deployment.resolve`), through the bundle's one reader.
+What the user states to `kvscope advise --deployment` is merged into the recorded facts
+first (it wins; `notes` say where it replaced what the run recorded).
 
 Invariants: a folder that is not a readable bundle raises the bundle's BundleError, a
 deployment the catalogue cannot describe AdvisorError, each with a one-line message (the
@@ -16,6 +18,8 @@ import pandas as pd
 
 from harness.advisor.deployment import Deployment, resolve
 from harness.bundle import read
+from harness.bundle.deployment import DeploymentFacts, Fact
+from harness.bundle.deployment_option import with_user_facts
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,17 +29,21 @@ class RunInputs:
     server: pd.DataFrame
     deployment: Deployment
     path: Path | None = None
+    notes: tuple[str, ...] = ()
 
 
-def from_bundle(bundle: read.Bundle) -> RunInputs:
+def from_bundle(bundle: read.Bundle, stated: dict[str, dict[str, Fact]] | None = None) -> RunInputs:
     requests = bundle.measured.reset_index(drop=True)
+    facts, notes = bundle.deployment, []
+    if stated and any(stated.values()):
+        facts, notes = with_user_facts(facts or DeploymentFacts("target"), stated)
     return RunInputs(
-        bundle.run, requests, bundle.server, resolve(bundle.deployment, bundle.server), bundle.path
+        bundle.run, requests, bundle.server, resolve(facts, bundle.server), bundle.path, tuple(notes)
     )
 
 
-def load(directory: str | Path) -> RunInputs:
-    return from_bundle(read.read_bundle(directory))
+def load(directory: str | Path, stated: dict[str, dict[str, Fact]] | None = None) -> RunInputs:
+    return from_bundle(read.read_bundle(directory), stated)
 
 
 def from_frames(run: dict[str, Any], requests: pd.DataFrame, server: pd.DataFrame) -> RunInputs:

@@ -17,6 +17,8 @@ Rules (KV pressure and "not the bottleneck" are defined in `diagnose`):
                       (a paged pool does not grow when the limit drops: without such
                       requests there is nothing to gain, and that is said in a note).
 - not KV pressure but requests wait while usage is low -> kv_not_bottleneck.
+A rule whose facts are unknown (`facts.NEEDS`: a --target server that stated no pool size,
+cache dtype, ...) is not applied; `RuleOutcome.missing` says which facts it lacked.
 - make_prefix_identical (independent of pressure): an unbounded cache would hit at least
   PREFIX_GAIN more of the prompt tokens if near-identical prefixes were byte-identical,
   over at least 2 requests. Identical prefixes the cache did not hit (observed hit ratio
@@ -33,9 +35,11 @@ from harness.advisor import capacity
 from harness.advisor.deployment import Deployment
 from harness.advisor.diagnose import WindowDiagnosis
 from harness.advisor.evidence import WorkloadEvidence
+from harness.advisor.facts import missing_for, not_issued
 from harness.advisor.record import Claim
 from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.whatif import Change
+from harness.bundle.deployment_option import supply
 from harness.formatting import pct
 
 NA = "n/a"
@@ -60,6 +64,7 @@ class Proposal(Claim):
 class RuleOutcome:
     proposals: list[Proposal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # rules considered and why they did not fire
+    missing: dict[str, list[str]] = field(default_factory=dict)  # rule -> facts it lacked
 
 
 def _pressure_evidence(d: WindowDiagnosis) -> dict[str, Any]:
@@ -281,6 +286,8 @@ def not_bottleneck(dep: Deployment, d: WindowDiagnosis) -> Proposal:
         f"the running batch sits at max_num_seqs={seqs}"
         if limited
         else "compute or the per-step token budget limit admission"
+        if seqs is not None
+        else f"which limit binds is unknown (max_num_seqs unknown: {supply('max_num_seqs')})"
     )
     effect = (
         f"requests waited in {pct(d.waiting_share, 0, NA)} of the run while KV usage peaked at "
@@ -349,17 +356,22 @@ def decide(
     out = RuleOutcome()
     if d.kv_pressure:
         need = demand if demand is not None else arithmetic_demand
-        memory = add_memory(dep, d, need, arithmetic_demand, out.notes, measured=demand is not None)
-        for p in (
-            quantize(dep, d, need),
-            memory,
-            raise_utilisation(dep, d),
-            cut_context(dep, d, work, out.notes),
-        ):
-            if p is not None:
+        rules = {
+            "quantize_kv_cache": lambda: quantize(dep, d, need),
+            "add_memory": lambda: add_memory(dep, d, need, arithmetic_demand, out.notes, demand is not None),
+            "raise_memory_utilization": lambda: raise_utilisation(dep, d),
+            "cut_context": lambda: cut_context(dep, d, work, out.notes),
+        }
+        for action, rule in rules.items():
+            if lacking := missing_for(dep, action):
+                out.missing[action] = lacking
+                out.notes.append(not_issued(action, lacking))
+            elif (p := rule()) is not None:
                 out.proposals.append(p)
     elif d.kv_not_bottleneck:
         out.proposals.append(not_bottleneck(dep, d))
+        if dep.known("max_num_seqs") is None:
+            out.missing["kv_not_bottleneck"] = ["max_num_seqs"]
     else:
         out.notes.append(
             f"no KV pressure: preemption level {d.preemption_level}, saturated "

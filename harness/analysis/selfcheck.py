@@ -151,6 +151,21 @@ def _distortion(values: np.ndarray, lag: np.ndarray) -> tuple[float, float]:
     return float(reported - corrected), float(corrected)
 
 
+def _queue_unknown(ok: pd.DataFrame, server: pd.DataFrame) -> str | None:
+    """A note when the server's per-request timings leave out queue time (llama.cpp's start
+    when a slot takes the request): the client delay then includes any wait for a slot. When
+    the server had requests waiting, that wait cannot be told from client lag, so the lag is
+    not checked."""
+    timed = ok[ok["server_ttft_s"].notna()]
+    if timed.empty or timed["server_queue_time_s"].notna().any():
+        return None
+    waiting = server["requests_waiting"] if "requests_waiting" in server.columns else pd.Series(dtype=float)
+    base = "the server's per-request timings exclude queue time (they start when a slot takes the request)"
+    if pd.to_numeric(waiting, errors="coerce").fillna(0).max() > 0:
+        return f"{base}; requests waited for a slot during the run, so client lag is not checked"
+    return f"{base}; no request waited for a slot, so the client delay is the client's"
+
+
 def self_check(
     all_requests: pd.DataFrame,
     server: pd.DataFrame,
@@ -193,6 +208,11 @@ def self_check(
             )
         else:
             notes.append("no server TTFT (per request or histogram): client delay not checked")
+    if method == "per_request" and (queue := _queue_unknown(ok, server)) is not None:
+        notes.append(queue)
+        if "not checked" in queue:
+            l50 = l99 = None
+            distortions = {}
     saturated = l50 is not None and l50 > LAG_S
     if saturated:
         reasons.append(

@@ -46,13 +46,22 @@ def slos_from_run(run: dict[str, Any]) -> Slos:
     return Slos()
 
 
+def stated_model(run: dict[str, Any]) -> str | None:
+    """The model id the server stated in /v1/models (run.json's deployment facts)."""
+    engine = (run.get("deployment") or {}).get("engine") if isinstance(run.get("deployment"), dict) else None
+    fact = engine.get("model") if isinstance(engine, dict) else None
+    value = fact.get("value") if isinstance(fact, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
 def run_info(run: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
     """The run's identity for headers, read loosely (the harness owns run.json's layout)."""
     cfg = run.get("config") if isinstance(run.get("config"), dict) else {}
     req = bundle.requests
-    # The server's own name first: with --simulate the configured --model is not what it serves.
-    served = bundle.server["model"].dropna() if len(bundle.server) else []
-    model = str(served.iloc[0]) if len(served) else run.get("model") or cfg.get("model")
+    # The server's own name first: with --simulate the configured --model is not what it serves;
+    # a server whose metrics carry no model label (llama.cpp) names it in /v1/models.
+    served = [str(m) for m in (bundle.server["model"].dropna() if len(bundle.server) else []) if m]
+    model = served[0] if served else stated_model(run) or run.get("model") or cfg.get("model")
     workload = run.get("workload") or cfg.get("workload")
     if isinstance(workload, dict):
         workload = workload.get("name")
@@ -125,6 +134,10 @@ def client_block(all_requests, s: dict[str, Any]) -> dict[str, Any]:
         "ok": len(ok),
         "failed": len(req) - len(ok),
         "errors_by_class": s["errors"]["by_class"],
+        # sent again on a fresh connection after a stale keep-alive one (not failures)
+        "retried": int(
+            pd.to_numeric(req.get("retries", pd.Series(dtype=float)), errors="coerce").fillna(0).sum()
+        ),
         "calibration_requests": len(all_requests) - len(req),
         "duplicate_request_ids": int(all_requests["request_id"].duplicated().sum()),
         "window_s": tp["window_s"] if len(req) else None,

@@ -1,9 +1,11 @@
 """What run.json records about the serving deployment: facts, each with its source.
 
 A fact is a value and where it came from: "kvscope run (bundled engine)" when kvscope
-started the engine or simulator itself (the configuration it ran with, field by field), or
-"server (/v1/models)" for what a --target server stated about itself. Nothing is filled in
-from defaults: a fact no source stated is absent, and readers must treat it as unknown.
+started the engine or simulator itself (the configuration it ran with, field by field),
+"server (<where>)" for what a --target server stated about itself (/v1/models, llama.cpp's
+/props, SGLang's /get_server_info, TGI's /info, its /metrics), or "user (--deployment)" for
+what the user stated (`deployment_option`). Nothing is filled in from defaults: a fact no
+source stated is absent, and readers must treat it as unknown.
 
 Sections are named by what the facts describe, with the field names of the types they come
 from, so a new source (a user's statement, another server probe) adds facts without a new
@@ -31,6 +33,10 @@ SECTIONS = ("engine", "catalogue")
 
 BUNDLED = "kvscope run (bundled engine)"
 SERVER_MODELS = "server (/v1/models)"
+
+
+def server_source(where: str) -> str:
+    return f"server ({where})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +105,12 @@ _ENGINE_HINTS = typing.get_type_hints(EngineConfig)
 _ENGINE_FIELDS = {f.name for f in fields(EngineConfig)}
 
 
-def _conforms(value: Any, hint: Any) -> bool:
+def conforms(value: Any, hint: Any) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
         return value in args
     if args and origin is not None and origin is not list:  # X | None
-        return any(_conforms(value, a) for a in args)
+        return any(conforms(value, a) for a in args)
     if hint is type(None):
         return value is None
     if hint is float:
@@ -118,7 +124,7 @@ def _check_engine(engine: dict[str, Fact]) -> None:
     bad = [
         f"engine.{k}={f.value!r}"
         for k, f in engine.items()
-        if k not in _ENGINE_FIELDS or not _conforms(f.value, _ENGINE_HINTS[k])
+        if k not in _ENGINE_FIELDS or not conforms(f.value, _ENGINE_HINTS[k])
     ]
     if bad:
         raise BundleError(f"run.json: deployment facts do not parse: {', '.join(bad)}")

@@ -7,10 +7,13 @@
     kvscope advise --live EXPORTER_URL      a running exporter's recent window: verdicts
                                             from its samples, no replay
 
-For a --target run the advisor only knows what the bundle recorded; --model, --gpu, --tp,
---gpu-memory-utilization and --kv-cache-dtype describe the server so sizing and replays
-can use the catalogue. Bad input (a missing bundle file, an unknown model or GPU) prints
-one line on stderr and exits 2.
+For a --target run the advisor only knows what the bundle recorded (what the server and the
+user stated); `--deployment KEY=VALUE,...` adds what you know about the server, as in
+`kvscope run --deployment` (--model, --gpu, --tp, --gpu-memory-utilization, --kv-cache-dtype,
+--max-model-len and --max-num-seqs are the same statements one at a time). A verdict or
+replay that needs a fact nobody stated is not made; the advice names the fact and the
+`--deployment` key that supplies it. Bad input (a missing bundle file, an unknown model or
+GPU, a bad key) prints one line on stderr and exits 2.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print advice.json's content instead of Markdown")
     t = p.add_argument_group("the served deployment (for --target runs, or to correct run.json)")
+    t.add_argument(
+        "--deployment",
+        metavar="KEY=VALUE,...",
+        help="facts about the server, e.g. model=llama-3.1-8b,gpu=h100-80gb,tp=1,kv-cache-dtype=auto,"
+        "num-gpu-blocks=9518,max-num-seqs=256,max-num-batched-tokens=8192 (see `kvscope run --help`)",
+    )
     t.add_argument("--model", help="catalogue model, e.g. llama-3.1-8b")
     t.add_argument("--gpu", help="catalogue GPU, e.g. h100-80gb")
     t.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, help="tensor-parallel size")
@@ -53,6 +62,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--max-model-len", type=int)
     t.add_argument("--max-num-seqs", type=int)
     p.set_defaults(func=run)
+
+
+SHORT_FLAGS = (
+    ("model", "model"),
+    ("gpu", "gpu"),
+    ("tp", "tp"),
+    ("gpu_memory_utilization", "gpu-memory-utilization"),
+    ("kv_cache_dtype", "kv-cache-dtype"),
+    ("max_model_len", "max-model-len"),
+    ("max_num_seqs", "max-num-seqs"),
+)
+
+
+def deployment_text(args: argparse.Namespace) -> str:
+    """--deployment with the one-at-a-time flags appended (they are the same statements)."""
+    parts = [args.deployment] if args.deployment else []
+    parts += [f"{key}={getattr(args, dest)}" for dest, key in SHORT_FLAGS if getattr(args, dest) is not None]
+    return ",".join(parts)
 
 
 def _error(message: str) -> int:
@@ -105,28 +132,18 @@ def _live(args: argparse.Namespace) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    from dataclasses import replace
     from pathlib import Path
 
     from harness.advisor import run_inputs
-    from harness.advisor.deployment import with_target_spec
+    from harness.advisor.errors import AdvisorError
+    from harness.bundle.deployment_option import parse_deployment
     from harness.postprocess import advise_and_report
 
-    inputs = run_inputs.load(args.bundle)
-    spec = {
-        k: getattr(args, k)
-        for k in (
-            "model",
-            "gpu",
-            "tp",
-            "gpu_memory_utilization",
-            "kv_cache_dtype",
-            "max_model_len",
-            "max_num_seqs",
-        )
-    }
-    if any(v is not None for v in spec.values()):
-        inputs = replace(inputs, deployment=with_target_spec(inputs.deployment, **spec))
+    try:
+        stated = parse_deployment(deployment_text(args))
+    except ValueError as exc:
+        raise AdvisorError(str(exc)) from None
+    inputs = run_inputs.load(args.bundle, stated)
     data = advise_and_report(args.bundle, inputs, replay=not args.no_replay)
     if args.json:
         print(json.dumps(data, indent=2))

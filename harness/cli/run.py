@@ -97,6 +97,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seconds to wait for the bundled engine's /health (default 300)",
     )
     p.add_argument(
+        "--deployment",
+        metavar="KEY=VALUE,...",
+        help="with --target: what you know about the server that it does not state, recorded in run.json "
+        "as yours, e.g. model=llama-3.1-8b,gpu=h100-80gb,tp=1,kv-cache-dtype=auto,num-gpu-blocks=9518,"
+        "max-num-seqs=256 (keys: model, gpu, tp, gpu-memory-utilization, weight-dtype, kv-cache-dtype, "
+        "num-gpu-blocks, block-size, max-num-seqs, max-num-batched-tokens, max-model-len, "
+        "enable-prefix-caching, allocator); the advice names what it lacks",
+    )
+    p.add_argument(
         "--kv-events",
         nargs="?",
         const="auto",

@@ -3,7 +3,9 @@
 Per request it records (see `harness.workload.record` for the schema): wall-clock send time,
 TTFT, every inter-token gap, E2E, prompt and output tokens from the server's `usage`
 (or a chunk count, marked `usage_source="client_count"`, when a server gives none),
-finish reason, status, error class and the reference engine's per-request timings.
+finish reason, status, error class and the server's per-request timings (the reference
+engine's `kvscope` object, llama.cpp's `timings`). A request whose pooled keep-alive
+connection was already closed is sent once more on a fresh one (`harness.load.stale`).
 
 Why it looks the way it does:
 - Locust's own event for a `stream=True` request measures only until the headers, so the
@@ -32,6 +34,7 @@ from gevent import GreenletExit
 from locust import FastHttpUser, events, task
 
 from harness.load.context import RunContext, ServerInfo, context, install
+from harness.load.stale import closed_before_response, drop_pooled_connections, finish_body
 from harness.workload.arrivals import ArrivalSchedule, Slot, make_offsets
 from harness.workload.calibration import PROBE_SEEDS, PROBE_WORDS, Calibration, fit
 from harness.workload.fingerprint import record_columns
@@ -229,9 +232,11 @@ class LLMUser(FastHttpUser):
         if slot is not None:
             rec.scheduled_time_unix = slot.scheduled_unix
             rec.schedule_lag_s = rec.send_time_unix - slot.scheduled_unix
-        resp = self.client.request(
-            "POST", PATHS[rec.endpoint], data=payload, headers=self._headers, stream=True, catch_response=True
-        )
+        resp = self._post(rec, payload)
+        if not resp.status_code and closed_before_response(getattr(resp, "error", None)):
+            rec.retries += 1  # a stale keep-alive connection: nothing reached the server
+            drop_pooled_connections(self.client)
+            resp = self._post(rec, payload)
         rec.status_code = status = resp.status_code or 0
         if status == 0:
             error = getattr(resp, "error", None) or ConnectionError("no response")
@@ -249,6 +254,13 @@ class LLMUser(FastHttpUser):
             state.end = time.perf_counter()
             rec.set_error(classify_exception(exc, during_stream=True), repr(exc))
         finish(state, rec)
+        if state.done:
+            finish_body(resp.stream)  # after the timings are taken: only the connection's reuse waits
+
+    def _post(self, rec: RequestRecord, payload: bytes) -> Any:
+        return self.client.request(
+            "POST", PATHS[rec.endpoint], data=payload, headers=self._headers, stream=True, catch_response=True
+        )
 
     def _report(self, rec: RequestRecord) -> None:
         fire = self.environment.events.request.fire

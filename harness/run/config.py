@@ -19,6 +19,7 @@ from typing import Any
 from exporter.kv_events.spec import parse_sources
 from exporter.units import parse_duration
 from harness.bundle.deployment import DeploymentFacts
+from harness.bundle.deployment_option import parse_deployment
 from harness.run.deployment import bundled_facts
 from harness.run.engine_flags import STARTUP_TIMEOUT_S, engine_argv
 from harness.run.kv_events import AUTO, for_target
@@ -44,7 +45,9 @@ class ConfigError(ValueError):
 @dataclass(slots=True)
 class RunConfig:
     """`deployment`: for the bundled engine, the configuration it will run with (from the
-    same argv it is given); for --target None until the server states what it serves."""
+    same argv it is given); for --target None until the server states what it serves.
+    `deployment_text`: the user's `--deployment` statement about a --target (checked here,
+    recorded as facts at the end of the run)."""
 
     workload: str
     target: str | None
@@ -66,6 +69,7 @@ class RunConfig:
     progress: bool = True
     api_key: str = ""
     deployment: DeploymentFacts | None = None
+    deployment_text: str = ""
     # --kv-events: ["auto"] for the bundled engine, the server's endpoints with --target
     kv_events: list[str] = field(default_factory=list)
 
@@ -189,6 +193,7 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         deployment = None if target else bundled_facts(args.model, engine)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    stated = deployment_statement(getattr(args, "deployment", None), target)
     return RunConfig(
         workload=workload,
         target=target,
@@ -210,5 +215,23 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         progress=not args.quiet,
         api_key=args.api_key or "",
         deployment=deployment,
+        deployment_text=stated,
         kv_events=kv_events(args, engine),
     )
+
+
+def deployment_statement(text: str | None, target: str | None) -> str:
+    """The --deployment text, checked; ConfigError without --target (the bundled engine's
+    configuration is known from its flags) or when it does not parse."""
+    if not text:
+        return ""
+    if not target:
+        raise ConfigError(
+            "--deployment describes a --target server; the bundled engine's configuration is recorded "
+            "from its own flags"
+        )
+    try:
+        parse_deployment(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return text

@@ -17,6 +17,7 @@ from harness.bundle.write import write_bundle
 from harness.run.config import redact
 from harness.run.console import print_summary
 from harness.run.deployment import stated_facts
+from harness.run.server_facts import recorded_facts
 from harness.run.state import Run, RunFailed
 
 
@@ -24,6 +25,13 @@ def finish(run: Run, failure: RunFailed | None, master_rc: int | None) -> int:
     cfg = run.cfg
     ended = time.time()
     status = "failed" if failure else "interrupted" if run.interrupts else "completed"
+    deployment, conflicts = recorded_facts(
+        cfg.deployment,
+        run.stated or stated_facts(run.models, cfg.model),
+        run.paths["exporter"],
+        cfg.deployment_text,
+    )
+    run.notes += conflicts
     info = {
         "status": status,
         "failure": str(failure) if failure else None,
@@ -35,7 +43,7 @@ def finish(run: Run, failure: RunFailed | None, master_rc: int | None) -> int:
         "target": cfg.target or run.target_url,
         "bundled_engine": cfg.target is None,
         "server_models": run.models,
-        "deployment": (cfg.deployment or stated_facts(run.models, cfg.model)).to_json(),
+        "deployment": deployment.to_json(),
         "config": cfg.to_dict(),
         "locust_master_exit_code": master_rc,
         "commands": {name: redact(c.argv) for name, c in run.children.items()},

@@ -29,6 +29,7 @@ from harness.run.commands import (
 from harness.run.config import ConfigError, RunConfig, from_args
 from harness.run.finish import finish
 from harness.run.progress import JsonlTail, Progress
+from harness.run.server_facts import target_facts
 from harness.run.state import Run, RunFailed
 
 REACH_TIMEOUT_S = 4.0  # per probe of a --target; two probes keep an unreachable target under 10 s
@@ -56,6 +57,8 @@ def execute(cfg: RunConfig) -> int:
     try:
         start_target(run)
         run.models = server_models(run.target_url)
+        if cfg.target:
+            run.stated = target_facts(run.target_url, run.models, cfg.model, procs.http_get)
         start_exporter(run)
         start_locust(run)
         watch(run)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.bundle.deployment import DeploymentFacts
 from harness.run import procs
 from harness.run.config import RunConfig
 
@@ -33,6 +34,7 @@ class Run:
     master_port: int = 0
     notes: list[str] = field(default_factory=list)
     models: list[dict] = field(default_factory=list)
+    stated: DeploymentFacts | None = None  # what a --target stated at the start (server_facts)
     kv_events: list[str] = field(default_factory=list)  # the exporter's --kv-events values
     started_unix: float = field(default_factory=time.time)
 

@@ -12,6 +12,13 @@ columns freely, never rename or drop one. Invariants a record keeps:
   otherwise it is the number of output chunks ("client_count"), which undercounts when a
   server packs several tokens into one chunk.
 - `scheduled_time_unix` / `schedule_lag_s` are NaN in closed-loop workloads (no schedule).
+- `server_*` come from the server's own per-request timings: the reference engine's
+  `kvscope` object, or llama.cpp's `timings` (`harness.workload.llamacpp_timings`: no queue
+  time, so `server_queue_time_s` is NaN and `server_ttft_s` starts when a slot took the
+  request).
+- `retries` is 1 when the request's pooled keep-alive connection turned out closed before
+  any response byte and it was sent once more on a fresh connection; timings then include
+  the failed attempt (a few ms), as a user of that client would see.
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ class RequestRecord:
     prompt_chunk_hashes: list[int] = field(default_factory=list)
     prompt_chunk_chars: list[int] = field(default_factory=list)
     prompt_chars: int | None = None
+    retries: int = 0  # stale keep-alive connection: sent again on a fresh one (see the module doc)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,7 +98,8 @@ class RequestRecord:
         self.ok = False
 
     def apply_server_timing(self, timing: dict[str, Any]) -> None:
-        """Copy the reference engine's per-request `kvscope` object (absent elsewhere)."""
+        """Copy the server's per-request timings: the reference engine's `kvscope` object, or
+        llama.cpp's `timings` converted (`llamacpp_timings`); absent elsewhere."""
         for key in ("queue_time_s", "prefill_time_s", "ttft_s", "decode_time_s", "e2e_s"):
             value = timing.get(key)
             if isinstance(value, (int, float)):
@@ -109,9 +118,14 @@ COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 def classify_exception(exc: BaseException, during_stream: bool) -> ErrorClass:
     """Map a client-side exception to an error class.
 
-    Timeouts are their own class wherever they happen (a slow server is not a broken one);
-    anything else before a response is a connection problem, anything after is the stream's.
+    Timeouts are their own class wherever they happen (a slow server is not a broken one),
+    also wrapped in the HTTP client's RetriesExceeded (geventhttpclient keeps the cause in
+    `original`); anything else before a response is a connection problem, anything after is
+    the stream's.
     """
+    original = getattr(exc, "original", None)
+    if isinstance(original, BaseException):
+        exc = original
     if isinstance(exc, (TimeoutError, socket.timeout)) or type(exc).__name__ == "Timeout":
         return "timeout"
     if during_stream:

@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.workload.llamacpp_timings import SOURCE, as_server_timing
 from harness.workload.record import RequestRecord
 
 _DATA = b"data:"
@@ -77,6 +78,8 @@ def apply_chunk(state: StreamState, rec: RequestRecord, chunk: dict, now: float)
         state.usage = chunk["usage"]
     if isinstance(chunk.get("kvscope"), dict):
         state.timing = chunk["kvscope"]
+    elif isinstance(chunk.get("timings"), dict) and (state.timing or {}).get("source") in (None, SOURCE):
+        state.timing = as_server_timing(chunk["timings"])  # llama.cpp: the last chunk's wins
 
 
 def consume(

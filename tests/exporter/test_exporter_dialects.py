@@ -329,7 +329,7 @@ def test_notes_say_what_was_approximated_or_missing() -> None:
         "vllm_0.6.x_v0_help_type_without_samples_functionary_pr263.prom"
     )
     assert "paused_requests" in notes_of("trtllm-triton_0.14plus_ifb_nv_trt_llm_readme.prom")
-    assert "KV usage unknown" in notes_of("llamacpp_b5600-era_no_labels_pr13196.prom")
+    assert "KV usage and capacity unknown" in notes_of("llamacpp_b5600-era_no_labels_pr13196.prom")
 
 
 def test_variants_and_extras() -> None:

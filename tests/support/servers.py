@@ -54,6 +54,15 @@ def standin(tmp: Path, mode: str, gap_s: float = 0.005) -> Iterator[str]:
         yield url
 
 
+@contextmanager
+def http_faults(tmp: Path, mode: str) -> Iterator[str]:
+    """tests/support/http_faults.py in MODE (ok, stale, hang, drop) on a free port."""
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.support.http_faults", str(port), mode]
+    with server(argv, port, "/health", 30.0, tmp / f"faults-{mode}.log") as url:
+        yield url
+
+
 def finished_requests(url: str) -> float:
     """Sum of vllm:request_success_total over its label sets, from the server's /metrics."""
     status, body = http_get(url + "/metrics", 10.0)

@@ -8,8 +8,9 @@ from dataclasses import asdict
 import pandas as pd
 
 from harness.advisor.advice import deployment_view
-from harness.advisor.deployment import resolve, with_target_spec
+from harness.advisor.deployment import resolve
 from harness.bundle.deployment import BUNDLED, SERVER_MODELS, DeploymentFacts, Fact, of_config
+from harness.bundle.deployment_option import parse_deployment, with_user_facts
 from reference_engine.config import EngineConfig
 
 SAMPLES = pd.DataFrame({"time_unix": [1.0], "kv_capacity_blocks": [1445.0], "kv_block_size_tokens": [16.0]})
@@ -23,11 +24,11 @@ def test_a_target_that_stated_nothing_has_no_invented_settings():
     assert view["engine_model"] is None and view["max_num_seqs"] is None and view["allocator"] is None
     assert {"max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype"} <= set(view["unstated"])
     assert "block_size" not in view["unstated"]
-    assert dep.assumed_for_replay == [
+    assert {"model", "gpu", "tensor_parallel_size"} <= set(view["unstated"])
+    assert dep.unknown(("max_num_seqs", "num_blocks", "block_size", "allocator", "model")) == [
         "max_num_seqs",
-        "max_num_batched_tokens",
         "allocator",
-        "enable_prefix_caching",
+        "model",
     ]
 
 
@@ -37,8 +38,12 @@ def test_what_a_target_stated_is_used():
     )
     dep = resolve(facts, SAMPLES)
     assert dep.max_model_len == 8192 and deployment_view(dep)["engine_model"] == "m"
-    told = with_target_spec(dep, max_num_seqs=128)
+    merged, notes = with_user_facts(facts, parse_deployment("max-num-seqs=128,max-model-len=4096"))
+    told = resolve(merged, SAMPLES)
     assert told.known("max_num_seqs") == 128 and "max_num_seqs" not in told.unstated
+    assert told.max_model_len == 4096 and notes == [
+        "--deployment max_model_len=4096 replaces 8192 from server (/v1/models)"
+    ]
 
 
 def test_a_bundled_engine_states_everything():

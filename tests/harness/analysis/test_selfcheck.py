@@ -91,3 +91,20 @@ def test_histogram_quantile_interpolates_like_prometheus():
     assert histogram_quantile(bounds, counts, 0.5, upper=True) == 0.2
     assert histogram_quantile(bounds, counts, 0.99) == pytest.approx(0.2 + 0.2 * (39.6 - 30) / 10)
     assert histogram_quantile(bounds, np.array([0.0, 0.0, 0.0, 5.0]), 0.5) is None  # in +Inf: unknown
+
+
+def test_timings_without_queue_time_are_not_read_as_client_lag(tmp_path):
+    """llama.cpp's timings start when a slot takes the request: with requests waiting for a
+    slot, the wait shows up as client delay and the lag cannot be judged; without any, it can."""
+    b = read_bundle(make_bundle(tmp_path / "b", Spec()))
+    req = b.requests.copy()
+    req["server_queue_time_s"] = np.nan
+    wait = np.random.default_rng(2).uniform(0.1, 0.4, len(req))  # the wait for a free slot
+    req["ttft_s"] += wait
+    req["e2e_s"] += wait
+    queued = b.server.assign(requests_waiting=2.0)
+    check = self_check(req, queued, b.run)
+    assert check.reliable and check.method == "per_request" and check.lag_p50_s is None
+    assert any("waited for a slot" in n and "not checked" in n for n in check.notes)
+    idle = b.server.assign(requests_waiting=0.0)
+    assert not self_check(req, idle, b.run).reliable  # no queue: the delay is the client's

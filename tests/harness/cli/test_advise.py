@@ -90,8 +90,10 @@ def test_advise_json_and_no_replay(cpu_bundle, tmp_path):
 
 
 def test_a_target_run_is_sized_from_the_command_line(tmp_path):
-    """A --target run records no engine flags: --model/--gpu/--tp describe the server, and
-    the replay keeps the pool the exporter saw (kv_capacity_blocks)."""
+    """A --target run records no engine flags: what the server did not state is not invented.
+    Without a cache dtype there is no quantize verdict and no replay, and the advice names the
+    facts and the --deployment keys; stated (the short flags and --deployment are the same
+    statements), the replay keeps the pool the exporter saw (kv_capacity_blocks)."""
     spec, engine = (
         SimSpec("llama-3.1-70b", "h100-80gb", 2, 0.9),
         EngineConfig(max_model_len=8192, max_num_seqs=256),
@@ -100,8 +102,17 @@ def test_a_target_run_is_sized_from_the_command_line(tmp_path):
     run = json.loads((folder / "run.json").read_text())
     target = {"target": "http://gpu-box:8000", "bundled_engine": False, "deployment": {"server": "target"}}
     (folder / "run.json").write_text(json.dumps({**run, **target}))
-    bare = json.loads(kvscope("advise", str(folder), "--json", "--no-replay").stdout)
+    bare = json.loads(kvscope("advise", str(folder), "--json").stdout)
     assert bare["deployment"]["gpu"] is None and bare["deployment"]["num_blocks"] == 1445
+    assert bare["diagnosis"]["kv_pressure"] and "quantize_kv_cache" not in {
+        v["action"] for v in bare["verdicts"]
+    }
+    assert not any(v["verified"] or v["replay"] for v in bare["verdicts"])
+    lacking = {m["fact"]: m for m in bare["missing_facts"]}
+    assert lacking["kv_cache_dtype"]["supply"] == "--deployment kv-cache-dtype=auto|fp8|int8"
+    assert "quantize_kv_cache" in lacking["kv_cache_dtype"]["needed_for"]
+    assert {"model", "gpu", "max_num_seqs", "max_num_batched_tokens"} <= set(lacking)
+    assert "--deployment max-num-seqs=N" in bare["markdown"]
     out = kvscope(
         "advise",
         str(folder),
@@ -114,10 +125,14 @@ def test_a_target_run_is_sized_from_the_command_line(tmp_path):
         "2",
         "--max-model-len",
         "8192",
+        "--deployment",
+        "kv-cache-dtype=auto,max-num-seqs=256,max-num-batched-tokens=2048,allocator=paged,"
+        "enable-prefix-caching=true,gpu-memory-utilization=0.9",
     )
     assert out.returncode == 0, out.stderr
     advice = json.loads(out.stdout)
     assert advice["deployment"]["gpu"] == "h100-80gb" and advice["deployment"]["num_blocks"] == 1445
+    assert advice["missing_facts"] == []
     q = next(v for v in advice["verdicts"] if v["action"] == "quantize_kv_cache")
     assert q["projected"]["pool_blocks"] == 2890 and q["verified"]
 

@@ -61,3 +61,19 @@ def test_run_config_carries_the_facts_for_the_bundled_engine_only(tmp_path):
         parse(["run", "--workload", "chat", "--target", "http://h:1", "--out", str(tmp_path / "b")])
     )
     assert target.deployment is None  # known only once the server answers /v1/models
+
+
+def test_deployment_statements_are_checked_before_anything_starts(tmp_path):
+    def config(*args: str):
+        return from_args(
+            build_parser().parse_args(["run", "--workload", "chat", *args, "--out", str(tmp_path / "x")])
+        )
+
+    stated = config("--target", "http://h:1", "--deployment", "max-num-seqs=8")
+    assert (
+        stated.deployment_text == "max-num-seqs=8" and stated.to_dict()["deployment_text"] == "max-num-seqs=8"
+    )
+    with pytest.raises(ConfigError, match="describes a --target server"):
+        config("--deployment", "max-num-seqs=8")
+    with pytest.raises(ConfigError, match="KEY one of"):
+        config("--target", "http://h:1", "--deployment", "slots=8")

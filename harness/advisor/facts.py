@@ -1,0 +1,77 @@
+"""Which deployment facts each verdict and the replays need, and what to say when one is
+unknown: the verdict is not issued (or the replay not run), and the advice names the fact
+and the `--deployment` key that states it.
+
+Needs, and why:
+- quantize_kv_cache: the cache dtype (is it wider than 8 bits?) and the pool (how much more
+  fits);
+- add_memory: the pool and its block size (demand is counted in blocks);
+- raise_memory_utilization: gpu_memory_utilization, and the catalogue model and GPU the
+  arithmetic runs on;
+- cut_context: max_model_len, the allocator (a contiguous one reserves max_model_len per
+  request, a paged one does not) and the pool;
+- the replays of a --target run: everything the simulator's scheduler and cost model
+  decide with (model, GPU, tensor parallelism, pool, block size, max_num_seqs, the step's
+  token budget, allocator, prefix caching, cache dtype). The bundled engine's and
+  simulator's configuration is known field by field, so for them this never bites; a
+  run on the real bundled CPU engine replays on its catalogue twin by design.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.advisor.deployment import Deployment
+from harness.bundle.deployment_option import supply
+
+NEEDS: dict[str, tuple[str, ...]] = {
+    "quantize_kv_cache": ("kv_cache_dtype", "num_blocks"),
+    "add_memory": ("num_blocks", "block_size"),
+    "raise_memory_utilization": ("gpu_memory_utilization", "model", "gpu"),
+    "cut_context": ("max_model_len", "allocator", "num_blocks", "block_size"),
+}
+TARGET_REPLAY_NEEDS = (
+    "model",
+    "gpu",
+    "tensor_parallel_size",
+    "num_blocks",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "allocator",
+    "enable_prefix_caching",
+    "kv_cache_dtype",
+)
+REPLAYS = "replays"
+
+
+@dataclass(frozen=True, slots=True)
+class MissingFact:
+    fact: str
+    needed_for: list[str]
+    supply: str  # e.g. "--deployment max-num-seqs=256"
+
+    def to_json(self) -> dict:
+        return {"fact": self.fact, "needed_for": list(self.needed_for), "supply": self.supply}
+
+
+def missing_for(dep: Deployment, action: str) -> list[str]:
+    return dep.unknown(NEEDS.get(action, ()))
+
+
+def replay_missing(dep: Deployment) -> list[str]:
+    return [] if dep.bundled else dep.unknown(TARGET_REPLAY_NEEDS)
+
+
+def not_issued(action: str, missing: list[str]) -> str:
+    how = ", ".join(supply(f).removeprefix("--deployment ") for f in missing)
+    return f"{action}: not issued: {', '.join(missing)} unknown (state it: --deployment {how})"
+
+
+def collect(needed: dict[str, list[str]]) -> list[MissingFact]:
+    """{what: [missing facts]} -> one MissingFact per fact, in first-seen order."""
+    by_fact: dict[str, list[str]] = {}
+    for what, facts in needed.items():
+        for f in facts:
+            by_fact.setdefault(f, []).append(what)
+    return [MissingFact(f, users, supply(f)) for f, users in by_fact.items()]

@@ -1,0 +1,96 @@
+"""The bundled simulator reached through `--target`, as a new user would: the advisor knows only
+what the server states (its /v1/models and /metrics) and what the user states with
+`--deployment`. Without it, nothing the server did not state is assumed (no max_num_seqs, no
+replay on a guessed deployment) and the advice says what to pass; with a `--deployment`
+matching the simulator's flags, the verdicts are those of the run where kvscope started the
+same simulator itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from harness.results import load
+from harness.run.commands import kvscope_command
+from tests.support.paths import ROOT
+from tests.support.servers import engine, kvscope_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# Llama 3.1 70B on two H100s with a 400-block pool: eight closed-loop users with requests of
+# ~1,200 tokens (75 blocks) need ~600 blocks, so the run preempts all along.
+SIM = ("--simulate", "--sim-model", "llama-3.1-70b", "--sim-gpu", "h100-80gb", "--tensor-parallel-size", "2")
+POOL = ("--num-blocks", "400")
+LOAD = (
+    "--workload", "long_context", "--users", "8", "--duration", "15s",
+    "--prompt-tokens", "1000", "--output-tokens", "200", "--no-calibrate",
+)  # fmt: skip
+MATCHING = (
+    "model=llama-3.1-70b,gpu=h100-80gb,tp=2,gpu-memory-utilization=0.9,max-num-seqs=64,"
+    "max-num-batched-tokens=2048"
+)  # the simulator's flags above and the engine's defaults for the rest
+
+
+def advice_of(folder) -> dict:
+    out = subprocess.run(
+        kvscope_command("advise", str(folder), "--json"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sim")
+    rc, log, _ = kvscope_run(*LOAD, "--model", "tiny-random", *SIM, *POOL, "--out", str(tmp / "bundled"))
+    assert rc == 0, log
+    with engine(tmp, *SIM, *POOL) as url:
+        rc, log, _ = kvscope_run("--target", url, *LOAD, "--out", str(tmp / "bare"))
+        assert rc == 0, log
+        rc, log, _ = kvscope_run(
+            "--target", url, *LOAD, "--deployment", MATCHING, "--out", str(tmp / "stated")
+        )
+        assert rc == 0, log
+    return {name: (load(tmp / name), advice_of(tmp / name)) for name in ("bundled", "bare", "stated")}
+
+
+def verdicts(advice: dict) -> dict[str, bool]:
+    return {v["action"]: v["verified"] for v in advice["verdicts"]}
+
+
+def test_without_deployment_nothing_unstated_is_assumed_and_the_advice_says_what_to_pass(runs):
+    bundle, advice = runs["bare"]
+    assert advice["diagnosis"]["kv_pressure"] and advice["diagnosis"]["preemptions"] > 0
+    facts = bundle.run["deployment"]
+    assert "max_num_seqs" not in facts["engine"] and facts["catalogue"] == {}
+    assert {f["source"] for f in facts["engine"].values()} <= {
+        "server (/v1/models)",
+        "server (vllm /metrics)",
+        "server (vllm: a paged KV cache)",
+    }
+    # The pool, block size and cache dtype are stated by cache_config_info; the verdicts that
+    # rest on them stay unverified: no replay runs on a model, GPU or max_num_seqs nobody stated.
+    assert not any(verdicts(advice).values())
+    assert not any("max_num_seqs=" in v["effect"] for v in advice["verdicts"])
+    assert advice["deployment"]["max_num_seqs"] is None and advice["deployment"]["gpu"] is None
+    missing = {m["fact"]: m for m in advice["missing_facts"]}
+    assert {"model", "gpu", "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens"} <= set(missing)
+    assert missing["max_num_seqs"]["supply"] == "--deployment max-num-seqs=N"
+    assert "state it with `--deployment max-num-seqs=N`" in advice["markdown"]
+
+
+def test_a_matching_deployment_gives_the_bundled_simulators_verdicts(runs):
+    bundle, stated = runs["stated"]
+    bundled = runs["bundled"][1]
+    engine_facts = bundle.run["deployment"]["engine"]
+    assert engine_facts["max_num_seqs"] == {"value": 64, "source": "user (--deployment)"}
+    assert engine_facts["num_blocks"] == {"value": 400, "source": "server (vllm /metrics)"}
+    assert bundle.run["deployment"]["catalogue"]["gpu"]["source"] == "user (--deployment)"
+    assert stated["missing_facts"] == []
+    assert verdicts(stated) == verdicts(bundled)
+    assert {"quantize_kv_cache", "add_memory"} <= set(verdicts(bundled)) and all(verdicts(bundled).values())
