@@ -66,8 +66,10 @@ def test_the_bundle_records_the_block_level_series(bundle) -> None:
     )
     stream = json.loads(last["stream_json"])
     assert stream["connected"] and stream["bind"] and stream["problems"] == {}, stream
-    chains = json.loads(last["hot_chains_json"])
-    assert chains and chains[0]["reuse"] >= 2 and chains[0]["depth_blocks"] >= 8  # a system prompt
+    # the prompts evict each other, so the top chains come and go: at some tick a system prompt
+    # (8 blocks deep at least) was continued by two requests or more
+    tops = [json.loads(c)[0] for c in frame["hot_chains_json"] if json.loads(c)]
+    assert any(c["reuse"] >= 2 and c["depth_blocks"] >= 8 for c in tops), tops[-3:]
     server = pd.read_parquet(bundle / "server.parquet")
     assert server["kv_block_lifetime_seconds_count"].max() > 0  # --kv-cache-metrics, normalised
 
