@@ -90,6 +90,12 @@ BENCHES = (
         "benchmarks/exporter_hostile.py",
         240,
     ),
+    _script(
+        "kv_events",
+        "KV event subscriber: block events per second on one core",
+        "benchmarks/kv_events_bench.py",
+        180,
+    ),
     _module(
         "server_overhead",
         "Server: HTTP overhead and simulated-server capacity",

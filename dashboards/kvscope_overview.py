@@ -5,12 +5,14 @@ llama.cpp, the reference engine): the exporter has already mapped each dialect t
 names, so the panels answer the operator's question — is the KV cache the bottleneck, and
 what should change — without per-engine queries. Panels follow the question's order: how
 full is the cache and how big is it, is the scheduler preempting because of it, is the
-prefix cache doing its job, what do users feel (latency), and what the exporter advises.
+prefix cache doing its job, what do users feel (latency), which blocks are reused and
+what more blocks would give (KV events, `kvscope_kv_events`), and what the exporter advises.
 """
 
 from __future__ import annotations
 
-from dashboards.layout import Layout, dashboard, datasource_variable, label_variable
+from dashboards.kvscope_kv_events import block_residency, kv_events
+from dashboards.layout import Layout, add_quantile_panels, dashboard, datasource_variable, label_variable
 from dashboards.panels import (
     JSON,
     KV_USAGE,
@@ -19,7 +21,6 @@ from dashboards.panels import (
     PREEMPTION_SHARE,
     TOKENS_PER_S,
     field_mappings,
-    latency,
     query,
     stat,
     table,
@@ -193,10 +194,7 @@ def _prefix_cache(layout: Layout, q: Promql) -> None:
 
 def _latency(layout: Layout, q: Promql) -> None:
     layout.row("Latency")
-    # Quantiles aggregate the instances of one target and model: a user sees the service,
-    # not the replica their request landed on.
-    per_model = Promql(q.selector, by="target, model")
-    for title, histogram, what in (
+    histograms = (
         (
             "Time to first token",
             "kvscope_time_to_first_token_seconds",
@@ -213,16 +211,8 @@ def _latency(layout: Layout, q: Promql) -> None:
             "kvscope_request_queue_time_seconds",
             "Time waiting before the first schedule; grows when the KV pool is full.",
         ),
-    ):
-        layout.add(
-            latency(
-                title,
-                f"{what}\n\nMetric: `{histogram}`",
-                per_model.latency_quantiles(histogram),
-                "{{target}} {{model}}",
-            ),
-            w=12,
-        )
+    )
+    add_quantile_panels(layout, q, histograms, w=12)
 
 
 def _throughput(layout: Layout, q: Promql) -> None:
@@ -314,8 +304,11 @@ def build() -> JSON:
     """The overview dashboard model, freshly built (deterministic: same input, same JSON)."""
     q = Promql(SELECTOR, by=SERIES)
     layout = Layout()
-    for section in (_kv_cache, _scheduler, _prefix_cache, _latency, _throughput, _advice_and_exporter):
+    for section in (_kv_cache, _scheduler, _prefix_cache, _latency, _throughput):
         section(layout, q)
+    kv_events(layout)
+    block_residency(layout, q)
+    _advice_and_exporter(layout, q)
     return dashboard(
         uid=UID,
         title="kvscope / Overview",

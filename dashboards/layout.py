@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dashboards.panels import DATASOURCE, JSON
+from dashboards.panels import DATASOURCE, JSON, latency
+from dashboards.promql import Promql
 
 GRID_WIDTH = 24
 SCHEMA_VERSION = 39  # Grafana 10.4 / 11.x dashboards; newer Grafanas migrate it on load.
@@ -55,6 +56,25 @@ class Layout:
         self.panels.append(panel)
         self._x += w
         self._line_height = max(self._line_height, h)
+
+
+def add_quantile_panels(
+    layout: Layout, q: Promql, histograms: tuple[tuple[str, str, str], ...], w: int
+) -> None:
+    """One p50/p95/p99 panel per (title, histogram, what it measures). Quantiles aggregate the
+    instances of one target and model: a user sees the service, not the replica their request
+    landed on."""
+    per_model = Promql(q.selector, by="target, model")
+    for title, histogram, what in histograms:
+        layout.add(
+            latency(
+                title,
+                f"{what}\n\nMetric: `{histogram}`",
+                per_model.latency_quantiles(histogram),
+                "{{target}} {{model}}",
+            ),
+            w=w,
+        )
 
 
 def datasource_variable() -> JSON:

@@ -25,8 +25,13 @@ from exporter.series import Point
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
 TASK_KEY = web.AppKey("loop_task", asyncio.Task)
 STOP_KEY = web.AppKey("stop", asyncio.Event)
-# {(content type, exporter ingests): the rendering's future}: one render per new state
+# {(content type, exporter ingests, other sources' versions): the rendering's future}: one
+# render per new state
 RENDERED_KEY = web.AppKey("rendered", dict)
+# Other sources of /metrics content (the KV event hub): collectors rendered beside the
+# exporter's, and version counters, so a rendering is reused only until any of them moves.
+EXTRA_COLLECTORS_KEY = web.AppKey("extra_collectors", list)
+RENDER_VERSIONS_KEY = web.AppKey("render_versions", list)
 
 
 def _clean(x: Any) -> Any:
@@ -85,10 +90,11 @@ async def metrics(request: web.Request) -> web.Response:
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     exporter = request.app[EXPORTER_KEY]
     cache = request.app[RENDERED_KEY]
-    key = (content_type, exporter.ingests)
+    key = (content_type, exporter.ingests, *(v() for v in request.app[RENDER_VERSIONS_KEY]))
     rendering = cache.get(key)
     if rendering is None:
-        rendering = asyncio.ensure_future(exporter.in_worker(render, snapshot(exporter), encoder))
+        extra = tuple(request.app[EXTRA_COLLECTORS_KEY])
+        rendering = asyncio.ensure_future(exporter.in_worker(render, snapshot(exporter), encoder, extra))
         cache.clear()
         cache[key] = rendering
     body = await asyncio.shield(rendering)  # a client that leaves does not cancel it for the others
@@ -159,6 +165,8 @@ def make_app(exporter: Exporter, run_loop: bool = True) -> web.Application:
     app = web.Application()
     app[EXPORTER_KEY] = exporter
     app[RENDERED_KEY] = {}
+    app[EXTRA_COLLECTORS_KEY] = []
+    app[RENDER_VERSIONS_KEY] = []
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/v1/targets", targets)
     app.router.add_get("/api/v1/samples", samples)

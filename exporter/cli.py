@@ -32,11 +32,14 @@ examples:
   kvscope exporter --target a=http://gpu-a:8000 --target b=http://gpu-b:30000 --record runs/x/exporter
   kvscope exporter --target a=https://gpu-a/metrics --target-auth a=bearer-file:/run/secrets/a \
       --ca-file /etc/kvscope/ca.pem
+  kvscope exporter --target vllm=http://gpu-a:8000 --kv-events vllm=tcp://gpu-a:5557,replay=tcp://gpu-a:5558
   kvscope exporter inspect saved.prom --json
   curl -s http://127.0.0.1:8000/metrics | kvscope exporter inspect -
 
 endpoints: /metrics (kvscope_* canonical metrics, see exporter/METRICS.md),
-/api/v1/targets, /api/v1/samples?target=NAME&since=UNIX_SECONDS, /healthz.
+/api/v1/targets, /api/v1/samples?target=NAME&since=UNIX_SECONDS, /healthz, and with
+--kv-events /api/v1/kv_events (the block-level view: cached blocks, capacity misses,
+the miss-ratio curve, hot prefix chains).
 Scrape it from Prometheus with honor_labels: true, so the exporter's `instance` label (the
 engine instance) is kept instead of being renamed to exported_instance.
 
@@ -152,6 +155,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="DIR",
         help="append every normalised sample to DIR/<target>.jsonl (one JSON object a line)",
+    )
+    p.add_argument(
+        "--kv-events",
+        action="append",
+        default=[],
+        metavar="NAME=tcp://HOST:PORT[,replay=tcp://HOST:PORT]",
+        help="also subscribe to a server's KV cache events (vLLM/SGLang --kv-events-config, the bundled "
+        "engine's): NAME is the --target they belong to, the address its PUB socket, replay= its ROUTER "
+        "socket (missed batches are then recovered); ',bind' binds the address instead of connecting, "
+        "',topic=T' filters by topic. Repeat for several servers. Adds kvscope_kv_* metrics and "
+        "/api/v1/kv_events",
     )
     p.set_defaults(func=run_exporter)
     sub = p.add_subparsers(dest="exporter_command", metavar="SUBCOMMAND")

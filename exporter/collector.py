@@ -172,6 +172,14 @@ def make_registry(exporter: Exporter) -> CollectorRegistry:
     return registry_of(lambda: snapshot(exporter))
 
 
-def render(views: list[TargetView], encoder: Callable[[CollectorRegistry], bytes]) -> bytes:
-    """`encoder`'s exposition of fixed views: safe on a worker thread."""
-    return encoder(registry_of(lambda: views))
+def render(
+    views: list[TargetView],
+    encoder: Callable[[CollectorRegistry], bytes],
+    extra: tuple[Collector, ...] = (),
+) -> bytes:
+    """`encoder`'s exposition of fixed views, and of `extra` collectors (each must be safe to
+    collect from a worker thread): safe on a worker thread."""
+    registry = registry_of(lambda: views)
+    for collector in extra:
+        registry.register(collector)
+    return encoder(registry)

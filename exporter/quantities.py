@@ -45,7 +45,8 @@ class Quantity:
         return METRIC_PREFIX + self.name
 
 
-# Scalars in the order `inspect` prints them, then the four latency histograms (engine buckets).
+# Scalars in the order `inspect` prints them, then the latency histograms and vLLM's sampled
+# block-residency histograms (`--kv-cache-metrics`), with the engine's buckets.
 ALL: tuple[Quantity, ...] = (
     Quantity(
         "kv_usage_ratio",
@@ -86,6 +87,21 @@ ALL: tuple[Quantity, ...] = (
         "request_queue_time_seconds",
         "histogram",
         "Time requests spent waiting in the queue, with the engine's buckets.",
+    ),
+    Quantity(
+        "kv_block_lifetime_seconds",
+        "histogram",
+        "Sampled KV blocks' time from allocation to eviction (vLLM --kv-cache-metrics), engine buckets.",
+    ),
+    Quantity(
+        "kv_block_idle_before_evict_seconds",
+        "histogram",
+        "Sampled KV blocks' time from last access to eviction (vLLM --kv-cache-metrics), engine buckets.",
+    ),
+    Quantity(
+        "kv_block_reuse_gap_seconds",
+        "histogram",
+        "Gaps between accesses of sampled KV blocks (vLLM --kv-cache-metrics), engine buckets.",
     ),
 )
 

@@ -51,8 +51,11 @@ def _describe(t: Target) -> str:
     return f"{t.name}={t.url}" + (f" ({t.credentials.describe()})" if t.credentials else "")
 
 
-async def _serve(exporter: Exporter, host: str, port: int) -> None:
-    runner = web.AppRunner(make_app(exporter), access_log=None)
+async def _serve(exporter: Exporter, host: str, port: int, kv_events=None) -> None:
+    app = make_app(exporter)
+    if kv_events is not None:
+        kv_events(app)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -67,6 +70,29 @@ async def _serve(exporter: Exporter, host: str, port: int) -> None:
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+def kv_events_attacher(specs: list[str], exporter: Exporter, options: Options, targets: list[Target]):
+    """None without --kv-events; else a function that adds the hub to the app. Raises
+    KvEventsSpecError (a ValueError) for a bad value. pyzmq is imported only when used."""
+    if not specs:
+        return None
+    from exporter.kv_events.hub import KvEventsHub
+    from exporter.kv_events.lookup import scrape_lookup
+    from exporter.kv_events.service import attach
+    from exporter.kv_events.spec import parse_sources
+
+    sources = parse_sources(specs)
+    names = {t.name for t in targets}
+    for s in sources:
+        if s.name not in names:
+            print(
+                f"kvscope exporter: warning: --kv-events {s.name} names no --target; "
+                "its projected hit ratios need that target's prefix-cache counters",
+                file=sys.stderr,
+            )
+    hub = KvEventsHub(sources, window_s=options.window, lookup=scrape_lookup(exporter))
+    return lambda app: attach(app, hub, options.interval, options.record_dir)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -102,12 +128,16 @@ def serve(args: argparse.Namespace) -> int:
     try:
         tls_context(options.ca_file)  # a bad CA file is an error now, not at every scrape
         exporter = Exporter(targets, options)
+        kv_events = kv_events_attacher(getattr(args, "kv_events", []), exporter, options, targets)
     except (OSError, ValueError) as e:
         print(f"kvscope exporter: {e}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_serve(exporter, host, port))
+        asyncio.run(_serve(exporter, host, port, kv_events))
     except OSError as e:
         print(f"kvscope exporter: cannot listen on {host}:{port}: {e}", file=sys.stderr)
+        return 1
+    except RuntimeError as e:  # a --kv-events socket that cannot bind or connect
+        print(f"kvscope exporter: {e}", file=sys.stderr)
         return 1
     return 0

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from reference_engine.arg_field import arg_field
+from reference_engine.kv_events.config import KVEventsConfig, KVEventsConfigError, parse_kv_events_config
 
 # paged: blocks on demand. contiguous: each request reserves max_model_len tokens at
 # admission (the pre-paging systems the PagedAttention paper measures). contiguous-oracle:
@@ -104,6 +105,18 @@ class EngineConfig:
     # threads spin against the server's event loop and load generators on the same cores;
     # measured on 2 loaded cores, tiny-random ran 50x slower with 2 threads than with 1.
     num_threads: int | None = arg_field(None, "torch CPU threads (default: half the cores, at least 1)")
+    kv_events_config: str | None = arg_field(
+        None,
+        "publish KV cache events over ZeroMQ in vLLM's format; vLLM's JSON, e.g. "
+        '\'{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}\'',
+        metavar="JSON",
+    )
+    kv_cache_metrics: bool = arg_field(
+        False, "expose vLLM's sampled block residency histograms (vllm:kv_block_*_seconds) on /metrics"
+    )
+    kv_cache_metrics_sample: float = arg_field(
+        0.01, "share of block allocations --kv-cache-metrics tracks, in (0, 1] (default: %(default)s)"
+    )
 
     default_num_blocks: int = DEFAULT_NUM_BLOCKS
 
@@ -134,3 +147,26 @@ class EngineConfig:
             )
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError(f"watermark must be in [0, 1), got {self.watermark}")
+        if not 0.0 < self.kv_cache_metrics_sample <= 1.0:
+            raise ConfigError(
+                f"kv_cache_metrics_sample must be in (0, 1], got {self.kv_cache_metrics_sample}"
+            )
+        self.kv_events()
+
+    def kv_events(self) -> KVEventsConfig | None:
+        """The parsed --kv-events-config, None when events are not published. Raises
+        ConfigError for a value vLLM would refuse."""
+        if self.kv_events_config is None:
+            return None
+        try:
+            config = parse_kv_events_config(self.kv_events_config)
+        except KVEventsConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        if config.publishes and not self.enable_prefix_caching:
+            raise ConfigError("KV cache events need the prefix cache (drop --no-enable-prefix-caching)")
+        return config if config.publishes else None
+
+    @property
+    def residency_sample_rate(self) -> float | None:
+        """--kv-cache-metrics-sample when --kv-cache-metrics is on, else None."""
+        return self.kv_cache_metrics_sample if self.kv_cache_metrics else None

@@ -22,7 +22,10 @@ from reference_engine.admission import AdmissionLimits, check_admission
 from reference_engine.config import AllocatorMode
 from reference_engine.detokenizer import IncrementalDetokenizer
 from reference_engine.engine_stats import EngineStats
+from reference_engine.kv_events.config import KVEventsConfig
+from reference_engine.kv_events.events import KVEventBatch
 from reference_engine.kv_manager import KVCacheManager, cdiv
+from reference_engine.kv_residency import KVResidencyTracker
 from reference_engine.request import Request, RequestStatus
 from reference_engine.sampling_params import InvalidRequestError, SamplingParams
 from reference_engine.scheduler import Scheduler, SchedulerLimits
@@ -128,7 +131,13 @@ class LLMEngine:
         vocab_size: int,
         clock: Callable[[], float] = time.monotonic,
         detokenize: bool = True,
+        kv_events: KVEventsConfig | None = None,
+        kv_cache_metrics_sample: float | None = None,
     ):
+        """`kv_events`: publish the block pool's KV events with vLLM's ZeroMQ publisher (one
+        batch per step that produced events); call `close()` to stop it.
+        `kv_cache_metrics_sample`: track that share of block allocations for the residency
+        histograms (`EngineStats.take_residency`); None: off."""
         self.executor = executor
         self.detokenize = detokenize
         self.allocator = allocator
@@ -144,6 +153,10 @@ class LLMEngine:
             enable_prefix_caching,
             reservation=reservation_policy(allocator, max_model_len),
             watermark_blocks=int(watermark * num_blocks),
+            enable_kv_events=kv_events is not None,
+            residency=None
+            if kv_cache_metrics_sample is None
+            else KVResidencyTracker(kv_cache_metrics_sample, clock),
         )
         if allocator == "contiguous" and cdiv(max_model_len, block_size) > self.kv.usable_blocks:
             raise InvalidRequestError(
@@ -157,6 +170,12 @@ class LLMEngine:
         self.groups: dict[str, _Group] = {}
         self.stats = EngineStats(num_blocks=num_blocks, block_size=block_size)
         self._ids = itertools.count()
+        self.kv_event_publisher = None
+        self.kv_events_published = 0  # batches handed to the publisher
+        if kv_events is not None:
+            from reference_engine.kv_events.publisher import ZmqEventPublisher
+
+            self.kv_event_publisher = ZmqEventPublisher(kv_events)
 
     # -- admission -------------------------------------------------------------------
 
@@ -202,6 +221,7 @@ class LLMEngine:
             return []
         result = self.executor.execute(out)
         self.scheduler.update_from_output(out, result.sampled)
+        self._publish_kv_events()
         now = self.clock()
         outputs: list[SequenceOutput] = []
         for chunk in out.chunks:
@@ -289,6 +309,27 @@ class LLMEngine:
         if group.finished:
             del self.groups[request_id]
         return True
+
+    def _publish_kv_events(self) -> None:
+        """What the pool recorded this step (evictions while scheduling, stores after it), as
+        one batch, like vLLM's scheduler at the end of `update_from_output`."""
+        if self.kv_event_publisher is not None:
+            events = self.kv.pool.take_events()
+            if events:
+                self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
+                self.kv_events_published += 1
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block (AllBlocksCleared); False while any request holds blocks."""
+        done = self.kv.pool.reset_prefix_cache()
+        self._publish_kv_events()
+        return done
+
+    def close(self) -> None:
+        """Stop the KV event publisher (sending what is queued). The engine can still step."""
+        if self.kv_event_publisher is not None:
+            self.kv_event_publisher.shutdown()
+            self.kv_event_publisher = None
 
     def abort(self, request_id: str) -> bool:
         """Abort every sequence of a request and free its blocks now. False if unknown."""

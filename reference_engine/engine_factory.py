@@ -111,6 +111,8 @@ def build_engine(
         eos_token_ids=eos,
         vocab_size=mc.vocab_size,
         detokenize=detokenize,
+        kv_events=config.kv_events(),
+        kv_cache_metrics_sample=config.residency_sample_rate,
     )
     return BuiltEngine(
         engine, loaded, config.model, max_model_len, num_blocks, config.kv_cache_dtype, bytes_per_block

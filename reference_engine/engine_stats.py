@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ class EngineStats:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     aborted: int = 0
+    # --kv-cache-metrics observations (kind, seconds) not yet taken by the metrics reader
+    kv_residency: list[tuple[str, float]] = field(default_factory=list)
 
     def record_schedule(self, out: SchedulerOutput, scheduler: Scheduler, kv: KVCacheManager) -> None:
         self.steps += not out.is_empty
@@ -46,6 +48,14 @@ class EngineStats:
         )
         self.last_step_tokens = out.num_batched_tokens
         self.scheduled_tokens += out.num_batched_tokens
+        if kv.pool.residency is not None:
+            self.kv_residency += kv.pool.residency.take()
+
+    def take_residency(self) -> list[tuple[str, float]]:
+        """The residency observations since the last call (their one reader is /metrics)."""
+        out, self.kv_residency = self.kv_residency, []
+        return out
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The counters and gauges (the pending residency observations are not statistics)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "kv_residency"}

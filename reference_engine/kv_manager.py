@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from reference_engine.block_hash import extend_block_hashes
 from reference_engine.block_pool import BlockPool
 from reference_engine.free_block_queue import KVBlock
+from reference_engine.kv_residency import KVResidencyTracker
 from reference_engine.request import Request
 
 
@@ -52,11 +53,14 @@ class KVCacheManager:
         enable_caching: bool = True,
         reservation: Callable[[Request], int] | None = None,
         watermark_blocks: int = 0,
+        enable_kv_events: bool = False,
+        residency: KVResidencyTracker | None = None,
     ):
         """`reservation` set: contiguous mode, each request reserves that many tokens'
-        blocks at admission (the pre-paging baseline) and never grows afterwards."""
+        blocks at admission (the pre-paging baseline) and never grows afterwards.
+        `enable_kv_events` / `residency`: see BlockPool."""
         self.block_size = block_size
-        self.pool = BlockPool(num_blocks, enable_caching)
+        self.pool = BlockPool(num_blocks, enable_caching, block_size, enable_kv_events, residency)
         self.enable_caching = enable_caching
         self.reservation = reservation
         self.watermark_blocks = watermark_blocks
@@ -175,13 +179,18 @@ class KVCacheManager:
             return  # no block became full since the last call
         extend_block_hashes(request.block_hashes, request.token_ids, self.block_size)
         num_full = min(num_full, len(request.block_hashes))
-        bs = self.block_size
-        for i in range(num_full - 1, -1, -1):
-            if blocks[i].block_hash is not None:
-                break  # everything before it was cached in an earlier step
-            self.pool.cache_full_block(
-                blocks[i], request.block_hashes[i], tuple(request.token_ids[i * bs : (i + 1) * bs])
-            )
+        if num_full == 0:
+            return
+        start = num_full - 1
+        while start > 0 and blocks[start - 1].block_hash is None:
+            start -= 1  # everything before the first uncached block was cached earlier
+        bs, hashes = self.block_size, request.block_hashes
+        self.pool.cache_full_blocks(
+            blocks[start:num_full],
+            hashes[start:num_full],
+            [tuple(request.token_ids[i * bs : (i + 1) * bs]) for i in range(start, num_full)],
+            hashes[start - 1] if start else None,
+        )
 
     def fork(self, parent: Request, child: Request) -> None:
         """The child shares every block of the parent (parallel sampling, n > 1)."""

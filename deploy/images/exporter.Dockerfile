@@ -1,4 +1,5 @@
-# kvscope exporter: the sidecar alone. Base dependencies only (aiohttp, prometheus-client):
+# kvscope exporter: the sidecar alone. Base dependencies only (aiohttp, prometheus-client, and
+# msgspec + pyzmq for --kv-events):
 # no torch, pandas, locust or numpy. Runs as a non-root user and writes nothing at run time
 # (read-only root filesystem friendly; mount an emptyDir at /tmp if your runtime wants one).
 #

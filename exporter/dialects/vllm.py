@@ -7,6 +7,7 @@
   decided from the names present and the HELP text; block counts become tokens only when
   `cache_config_info` gives the block size. The V0 hit-rate gauge is never used.
 - Inter-token latency: `inter_token_latency_seconds`, else the old TPOT histogram.
+- Block residency (`--kv-cache-metrics`, 0.12+): the three `kv_block_*_seconds` histograms.
 - Instances: one per (`model_name`, `engine`); `cache_config_info` carries `engine` but no
   model, so it is matched on `engine` alone (or applies to all when it has none).
 """
@@ -49,6 +50,9 @@ SPEC = Spec(
         ),
         "e2e_request_latency_seconds": ("vllm_e2e_request_latency_seconds",),
         "request_queue_time_seconds": ("vllm_request_queue_time_seconds",),
+        "kv_block_lifetime_seconds": ("vllm_kv_block_lifetime_seconds",),
+        "kv_block_idle_before_evict_seconds": ("vllm_kv_block_idle_before_evict_seconds",),
+        "kv_block_reuse_gap_seconds": ("vllm_kv_block_reuse_gap_seconds",),
     },
     prefixes=("vllm_",),
 )

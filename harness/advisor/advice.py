@@ -10,7 +10,8 @@ it, and only when the replay of the run as it was resembles the run (`plausibili
 unverified verdicts are kept (with the replay that failed to confirm them) and sorted
 last, so the advice never claims more than was measured. Facts a rule or the replays need
 and no source stated (`facts`) are listed in `missing_facts`, each with the `--deployment`
-key that states it.
+key that states it. A run recorded with --kv-events adds the block-level verdicts
+(`kv_curve`: add_memory from the miss-ratio curve, route_by_prefix).
 
 Invariant: every number in a verdict is in its `evidence`, `projected` or `replay` dict.
 """
@@ -27,6 +28,7 @@ from harness.advisor.deployment import Deployment
 from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, main_window, windows_from_server_frame
 from harness.advisor.evidence import WorkloadEvidence, completed, workload_evidence
 from harness.advisor.facts import REPLAYS, collect, replay_missing
+from harness.advisor.kv_curve import kv_event_verdicts
 from harness.advisor.markdown import render
 from harness.advisor.plausibility import implausible
 from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
@@ -280,7 +282,9 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         replayer, distrust = _replayer(inputs, work, diag, notes)
     elif replay and replayer is None:
         notes.append("no replays: the run shows no KV pressure or queueing, and no proposal to verify")
-    verdicts = sorted((_verdict(p, replayer, notes, distrust) for p in outcome.proposals), key=_rank)
+    verdicts = [_verdict(p, replayer, notes, distrust) for p in outcome.proposals]
+    verdicts += kv_event_verdicts(inputs, replayer, diag.kv_pressure, notes, distrust)
+    verdicts = sorted(verdicts, key=_rank)
     diagnosis = {
         **diag.numbers(),
         "preemption_level": diag.preemption_level,

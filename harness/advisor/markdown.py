@@ -20,6 +20,7 @@ _METRICS = (
     ("ttft_p99_s", "TTFT p99", "{:.3g}", " s"),
     ("output_tokens_per_s", "output", "{:,.0f}", " tok/s"),
     ("completed", "completed", "{:,.0f}", ""),
+    ("prefix_hit_ratio", "prefix hit ratio", "{:.1%}", ""),
 )
 
 

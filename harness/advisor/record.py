@@ -20,7 +20,7 @@ ADVICE_JSON = "advice.json"
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    action: str  # one of exporter.diagnosis.ACTIONS
+    action: str  # one of exporter.diagnosis.ACTIONS, or route_by_prefix (advisor only: KV events)
     title: str
     evidence: dict[str, Any]
     projected: dict[str, Any]

@@ -1,5 +1,5 @@
 """The bundle's JSON files (run.json, summary.json, advice.json, sweep.json): strict JSON
-out, one JSON object in.
+out, one JSON object in; and the JSON-lines files of `raw/` in.
 
 Invariant: what is written is standard JSON (`allow_nan=False`): NaN and inf become null,
 numpy scalars plain numbers, tuples lists, objects with `to_dict` their dict, so any JSON
@@ -50,3 +50,18 @@ def read_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BundleError(f"{path} must hold a JSON object")
     return data
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    rows: list[dict] = []
+    if not path.exists():
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue  # a line cut by a kill mid-write; everything else stands
+    return rows

@@ -20,23 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from exporter.quantities import HISTOGRAMS, QUANTITIES
-from harness.bundle.jsonfile import write_json
+from harness.bundle.jsonfile import read_jsonl, write_json
+from harness.bundle.kv_events import write_kv_events
 from harness.bundle.schema import REQUEST_SCHEMA, REQUESTS, RUN_JSON, SERVER, SERVER_FIXED
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    rows: list[dict] = []
-    if not path.exists():
-        return rows
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    continue  # a line cut by a kill mid-write; everything else stands
-    return rows
 
 
 def requests_table(records: list[dict]) -> pa.Table:
@@ -88,8 +74,9 @@ def versions() -> dict[str, str]:
 
 
 def write_bundle(out: Path, run_info: dict[str, Any], records_path: Path, exporter_dir: Path) -> None:
-    """Write run.json, requests.parquet and server.parquet into `out` (summary.json is the
-    analysis's: `harness.analysis.summary.write_summary`)."""
+    """Write run.json, requests.parquet, server.parquet and (with KV events) kv_events.parquet
+    into `out` (summary.json is the analysis's: `harness.analysis.summary.write_summary`)."""
     pq.write_table(requests_table(read_jsonl(records_path)), out / REQUESTS)
     server_frame(exporter_dir).to_parquet(out / SERVER, index=False)
+    write_kv_events(out, exporter_dir)
     write_json(out / RUN_JSON, {**run_info, "versions": versions()})

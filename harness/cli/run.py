@@ -150,6 +150,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help=f"read the server's API key from the first line of FILE (or set ${API_KEY_ENV})",
     )
+    p.add_argument(
+        "--kv-events",
+        nargs="?",
+        const="auto",
+        action="append",
+        metavar="tcp://HOST:PORT[,replay=tcp://HOST:PORT]",
+        help="record the server's KV cache events (block stores and evictions: capacity misses, the "
+        "miss-ratio curve, hot prefixes). Bundled engine: give no value, kvscope sets up the engine's "
+        "--kv-events-config on loopback. --target: the server's PUB endpoint and replay ROUTER (its "
+        "--kv-events-config endpoint and replay_endpoint); repeat for replicas",
+    )
     p.add_argument("--quiet", action="store_true", help="no live progress line")
     add_workload_options(
         p, "workload options (each workload uses some; see `locust -f loadtests/NAME.py --help`)"

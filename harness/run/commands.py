@@ -57,7 +57,10 @@ def target_name(cfg: RunConfig) -> str:
     return cfg.target.split("://", 1)[-1].split("/", 1)[0]
 
 
-def exporter_command(cfg: RunConfig, target_url: str, port: int, record_dir: Path) -> list[str]:
+def exporter_command(
+    cfg: RunConfig, target_url: str, port: int, record_dir: Path, kv_events: list[str] = ()
+) -> list[str]:
+    """`kv_events`: the exporter's --kv-events values (harness.run.kv_events)."""
     return kvscope_command(
         "exporter",
         "--target",
@@ -68,6 +71,7 @@ def exporter_command(cfg: RunConfig, target_url: str, port: int, record_dir: Pat
         "1s",
         "--record",
         str(record_dir),
+        *(arg for spec in kv_events for arg in ("--kv-events", spec)),
     )
 
 

@@ -18,11 +18,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.kv_events.spec import parse_sources
 from exporter.units import parse_duration
 from harness.bundle.deployment import DeploymentFacts
 from harness.bundle.deployment_option import parse_deployment
 from harness.run.deployment import bundled_facts
 from harness.run.engine_flags import STARTUP_TIMEOUT_S, engine_argv
+from harness.run.kv_events import AUTO, for_target
 from harness.run.outcome import DEFAULT_MAX_ERROR_RATE
 from harness.workload.options import (
     API_KEY_ENV,
@@ -78,6 +80,8 @@ class RunConfig:
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     fail_on_unreliable: bool = False
     advise: bool = True
+    # --kv-events: ["auto"] for the bundled engine, the server's endpoints with --target
+    kv_events: list[str] = field(default_factory=list)
 
     @property
     def open_loop(self) -> bool:
@@ -196,6 +200,34 @@ def default_out(name: str) -> Path:
     return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
 
 
+def kv_events(args: argparse.Namespace, engine_argv: list[str]) -> list[str]:
+    """--kv-events, checked against the target: the bundled engine's are set up by kvscope
+    (no value), a --target's must be given; ConfigError otherwise."""
+    given = list(getattr(args, "kv_events", None) or [])
+    if not given:
+        return []
+    if args.target:
+        if AUTO in given:
+            raise ConfigError(
+                "--kv-events with --target needs the server's endpoint: --kv-events tcp://HOST:PORT"
+                "[,replay=tcp://HOST:PORT] (its --kv-events-config endpoint and replay_endpoint)"
+            )
+        try:
+            parse_sources(for_target("target", given))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return given
+    if given != [AUTO]:
+        raise ConfigError(
+            "the bundled engine's KV events are set up by kvscope: give --kv-events without a value"
+        )
+    if "--kv-events-config" in engine_argv:
+        raise ConfigError("give --kv-events or the engine's --kv-events-config, not both")
+    if "--no-enable-prefix-caching" in engine_argv:
+        raise ConfigError("KV cache events need the prefix cache: drop --no-enable-prefix-caching")
+    return [AUTO]
+
+
 def from_args(args: argparse.Namespace) -> RunConfig:
     workload = args.workload
     forwarded = workload_argv(args, workload)
@@ -260,6 +292,7 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         ),
         fail_on_unreliable=bool(getattr(args, "fail_on_unreliable", False)),
         advise=not getattr(args, "no_advise", False),
+        kv_events=kv_events(args, engine),
     )
 
 

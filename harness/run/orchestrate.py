@@ -22,13 +22,14 @@ import signal
 import sys
 import time
 
-from harness.run import procs
+from harness.run import kv_events, procs
 from harness.run.commands import (
     child_env,
     connect_host,
     engine_command,
     exporter_command,
     master_command,
+    target_name,
     worker_command,
 )
 from harness.run.config import ConfigError, RunConfig, from_args
@@ -105,6 +106,7 @@ def target_answers(url: str) -> bool:
 def start_target(run: Run) -> None:
     cfg = run.cfg
     if cfg.target:
+        run.kv_events = kv_events.for_target(target_name(cfg), cfg.kv_events)
         reason = reach(cfg.target, REACH_TIMEOUT_S)
         if reason is None:
             run.target_url = cfg.target
@@ -112,9 +114,13 @@ def start_target(run: Run) -> None:
         raise RunFailed(f"cannot reach the target {cfg.target}: {reason}", code=Exit.TARGET_UNREACHABLE)
     port = procs.free_port()
     run.say(f"starting the bundled engine ({cfg.model or 'its default model'}) on 127.0.0.1:{port}")
+    flags = cfg.engine_argv
+    if cfg.kv_events:
+        extra, run.kv_events = kv_events.bundled(target_name(cfg))
+        flags = [*flags, *extra]
     child = run.children["engine"] = procs.start(
         "engine",
-        engine_command(cfg.model, cfg.engine_argv, port),
+        engine_command(cfg.model, flags, port),
         run.paths["logs"],
         env=child_env(cfg.api_key),
     )
@@ -148,9 +154,8 @@ def start_exporter(run: Run) -> None:
     """Start it and move on: it comes up while Locust starts (both take seconds), and
     `check_exporter` confirms it from the watch loop."""
     port = procs.free_port()
-    run.children["exporter"] = procs.start(
-        "exporter", exporter_command(run.cfg, run.target_url, port, run.paths["exporter"]), run.paths["logs"]
-    )
+    argv = exporter_command(run.cfg, run.target_url, port, run.paths["exporter"], run.kv_events)
+    run.children["exporter"] = procs.start("exporter", argv, run.paths["logs"])
     run.exporter_url = f"http://127.0.0.1:{port}"
 
 

@@ -35,6 +35,7 @@ class Run:
     notes: list[str] = field(default_factory=list)
     models: list[dict] = field(default_factory=list)
     stated: DeploymentFacts | None = None  # what a --target stated at the start (server_facts)
+    kv_events: list[str] = field(default_factory=list)  # the exporter's --kv-events values
     started_unix: float = field(default_factory=time.time)
     target_answers: bool = True  # False: the target no longer answered after the load
     aborted_at: float | None = None  # monotonic time of the second Ctrl-C (stop at once)

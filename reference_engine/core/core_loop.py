@@ -66,7 +66,13 @@ class CoreLoop:
 
     def run(self) -> None:
         """Until `Shutdown` (or the transport closes); what is still running is then aborted
-        and reported."""
+        and reported, and the engine's KV event publisher closed."""
+        try:
+            self._run()
+        finally:
+            self.core.engine.close()
+
+    def _run(self) -> None:
         try:
             while self._apply(self.transport.receive(block=not self.core.has_work())):
                 if self.core.has_work():

@@ -125,4 +125,5 @@ class EngineCore:
             preempted_prefix_cache_hits=st.preempted_prefix_cache_hits,
             aborted=st.aborted,
             step_tokens=step_tokens,
+            residency=st.take_residency(),
         )

@@ -73,6 +73,7 @@ def ready_of(
         kv_cache_dtype=kv_cache_dtype,
         enable_prefix_caching=engine.kv.enable_caching,
         allocator=engine.allocator,
+        kv_cache_metrics=engine.kv.pool.residency is not None,
         weights=weights,
         pid=pid,
     )

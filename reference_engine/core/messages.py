@@ -124,6 +124,8 @@ class CoreStats(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     preempted_prefix_cache_hits: int = 0
     aborted: int = 0
     step_tokens: list[int] = []
+    # (kind, seconds) residency samples since the previous record (--kv-cache-metrics)
+    residency: list[tuple[str, float]] = []
 
 
 class CoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -150,6 +152,7 @@ class CoreReady(msgspec.Struct, tag="ready", array_like=True, omit_defaults=True
     kv_cache_dtype: str
     enable_prefix_caching: bool
     allocator: str
+    kv_cache_metrics: bool = False  # the core samples block residency (vLLM's three histograms)
     weights: str = ""  # how the weights are held, e.g. "float32" or "int8 (per-channel), bfloat16"
     pid: int = 0
 

@@ -67,7 +67,13 @@ class AsyncEngine:
         gauges = LiveGauges(
             lambda: self.stats.num_running, lambda: self.stats.num_waiting, lambda: self.stats.kv_usage
         )
-        self.metrics = VllmMetrics(served_model_name, ready.max_model_len, cache_info, gauges)
+        self.metrics = VllmMetrics(
+            served_model_name,
+            ready.max_model_len,
+            cache_info,
+            gauges,
+            kv_cache_metrics=ready.kv_cache_metrics,
+        )
         self.processor = OutputProcessor(self.tokenizer, self.metrics)
         return ready
 

@@ -127,6 +127,27 @@ WRITE_DELAY_BUCKETS = (
 )
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+# vLLM's KV_CACHE_RESIDENCY_BUCKETS (vllm/v1/metrics/buckets.py), for --kv-cache-metrics
+KV_CACHE_RESIDENCY_BUCKETS = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800,
+)  # fmt: skip
+_SAMPLED = " Sampled metrics (controlled by --kv-cache-metrics-sample)."
+# residency kind (reference_engine.kv_residency) -> (family, HELP), as vLLM 0.33 names them
+RESIDENCY_FAMILIES = {
+    "lifetime": (
+        "vllm:kv_block_lifetime_seconds",
+        "Histogram of KV cache block lifetime from allocation to eviction." + _SAMPLED,
+    ),
+    "idle_before_evict": (
+        "vllm:kv_block_idle_before_evict_seconds",
+        "Histogram of idle time before KV cache block eviction." + _SAMPLED,
+    ),
+    "reuse_gap": (
+        "vllm:kv_block_reuse_gap_seconds",
+        "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent "
+        "accesses are recorded (ring buffer)." + _SAMPLED,
+    ),
+}
 FINISH_REASONS = ("stop", "length", "abort")
 
 
@@ -184,7 +205,15 @@ class _WithoutCreated:
 class VllmMetrics:
     """One registry per server (no process-global registry), rendered by `render()`."""
 
-    def __init__(self, model_name: str, max_model_len: int, cache_info: Mapping[str, str], live: LiveGauges):
+    def __init__(
+        self,
+        model_name: str,
+        max_model_len: int,
+        cache_info: Mapping[str, str],
+        live: LiveGauges,
+        kv_cache_metrics: bool = False,
+    ):
+        """`kv_cache_metrics`: also the three residency histograms (only then, as vLLM)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._view = _WithoutCreated(self.registry)
         labels = ("model_name", "engine")
@@ -281,6 +310,14 @@ class VllmMetrics:
             "being written.",
             WRITE_DELAY_BUCKETS,
         )
+        self.residency = (
+            {
+                kind: histogram(name, doc, KV_CACHE_RESIDENCY_BUCKETS)
+                for kind, (name, doc) in RESIDENCY_FAMILIES.items()
+            }
+            if kv_cache_metrics
+            else {}
+        )
         self._last = CoreStats()
 
     def observe_stats(self, stats: CoreStats) -> None:
@@ -298,6 +335,9 @@ class VllmMetrics:
             if now > before:
                 counter.inc(now - before)
         self._last = stats
+        for kind, seconds in stats.residency:
+            if kind in self.residency:
+                self.residency[kind].observe(seconds)
 
     def observe_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)

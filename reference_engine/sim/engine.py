@@ -124,6 +124,8 @@ def build_sim_engine(
         eos_token_ids=eos,
         vocab_size=tokenizer.vocab_size,
         detokenize=detokenize,
+        kv_events=config.kv_events(),
+        kv_cache_metrics_sample=config.residency_sample_rate,
     )
     return SimEngine(
         engine, executor, tokenizer, model.name, max_model_len, num_blocks, config.kv_cache_dtype, cost

@@ -9,7 +9,7 @@ PagedAttention reproduction need.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reference_engine.config import EngineConfig
 from reference_engine.sampling_params import InvalidRequestError, SamplingParams
@@ -63,6 +63,7 @@ class ReplayResult:
     prefix_cache_hits: int = 0
     computed_tokens: int = 0  # tokens the model computed (prefill, recompute and decode)
     output_tokens: int = 0
+    kv_event_batches: int = 0  # batches published (with kv_events_config)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -112,10 +113,15 @@ def replay_trace(
     config: EngineConfig,
     seed: int = 0,
     step_cost: StepTimeModel | None = None,
+    kv_events_config: str | None = None,
 ) -> ReplayResult:
     """`step_cost` replaces the catalogue's cost model for the step times (see
-    `build_sim_engine`)."""
+    `build_sim_engine`). `kv_events_config` (the flag's JSON): publish the replay's KV events,
+    as a run of the same trace would. Otherwise a replay publishes none, whatever `config` says
+    (a run's own --kv-events-config would bind the live engine's ports again), and keeps no
+    residency histograms."""
     clock = VirtualClock()
+    config = replace(config, kv_events_config=kv_events_config, kv_cache_metrics=False)
     sim = build_sim_engine(
         spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000), step_cost=step_cost
     )
@@ -167,7 +173,9 @@ def replay_trace(
             if out.finished and out.request.group_id not in engine.groups:
                 rec.finished_s = clock.t
                 result.records.append(live.pop(out.request.group_id))
+    engine.close()  # sends the queued KV events, if any
     stats = engine.stats
+    result.kv_event_batches = engine.kv_events_published
     result.duration_s = clock.t
     result.steps = stats.steps
     result.num_preemptions = stats.num_preemptions

@@ -108,3 +108,17 @@ def test_run_all_reports_missing_failing_and_slow_benchmarks(tmp_path):
     assert "exit status 3" in text and "| ok |" in text and "## GPU kernels" in text
     # A benchmark's own top-level headings are nested under its "##" section.
     assert run_all.nest_headings("# top\ntext\n## sub") == "### top\ntext\n#### sub"
+
+
+def test_the_kv_event_benchmark_stream_is_what_it_claims():
+    """benchmarks/kv_events_bench.py: its batches decode, keep their sequence, and exercise
+    evictions and capacity misses (so the curve's code is on the measured path)."""
+    from benchmarks import kv_events_bench
+
+    payloads, blocks = kv_events_bench.stream(400)
+    _, state = kv_events_bench.in_process(payloads)
+    tier = state.instances["0"].tiers["GPU"]
+    assert state.problems == {} and state.stream.expected == 400
+    assert tier.stored_blocks + tier.removed_blocks == blocks
+    assert tier.removed_blocks > 0 and tier.capacity_misses > 0
+    assert len(tier.cached) == kv_events_bench.POOL

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from dashboards.generate import all_panel_queries, build_all
+from harness.run import kv_events
 from tests.support.preempting_engine import complete, engine_argv
 from tests.support.prometheus import SHIPPED_PROM_DIR, free_port, query, shipped_prometheus, stop_process
 from tests.support.servers import ROOT, server
@@ -62,8 +63,12 @@ def firing(base: str, name: str) -> bool:
 
 
 def test_dashboards_and_alerts_on_real_prometheus_exporter_and_engine(tmp_path):
+    """The engine publishes KV events and residency histograms (as `kvscope run --kv-events
+    --kv-cache-metrics` starts it), so the block-level panels have data too."""
     port, eport = free_port(), free_port()
     stop = threading.Event()
+    kv_flags, kv_specs = kv_events.bundled("engine")
+    engine = [*engine_argv(port), *kv_flags, "--kv-cache-metrics", "--kv-cache-metrics-sample", "1"]
 
     def keep_loading(base: str) -> None:
         i = 0
@@ -76,7 +81,7 @@ def test_dashboards_and_alerts_on_real_prometheus_exporter_and_engine(tmp_path):
             i += 8
 
     with (
-        server(engine_argv(port), port, "/health", 180.0, tmp_path / "engine.log") as engine_base,
+        server(engine, port, "/health", 180.0, tmp_path / "engine.log") as engine_base,
         open(tmp_path / "exporter.log", "wb") as log,
     ):
         exporter = subprocess.Popen(
@@ -90,6 +95,7 @@ def test_dashboards_and_alerts_on_real_prometheus_exporter_and_engine(tmp_path):
                 f"127.0.0.1:{eport}",
                 "--interval",
                 "1s",
+                *(arg for spec in kv_specs for arg in ("--kv-events", spec)),
             ],
             cwd=ROOT,
             stdout=log,

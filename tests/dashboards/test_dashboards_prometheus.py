@@ -79,8 +79,12 @@ def exporter_registry() -> tuple[CollectorRegistry, callable]:
             "kvscope_inter_token_latency_seconds",
             "kvscope_e2e_request_latency_seconds",
             "kvscope_request_queue_time_seconds",
+            "kvscope_kv_block_lifetime_seconds",
+            "kvscope_kv_block_idle_before_evict_seconds",
+            "kvscope_kv_block_reuse_gap_seconds",
         )
     ]
+    kv = kv_event_families(reg)
     up = Gauge("kvscope_target_up", "up", ["target"], registry=reg)
     duration = Gauge("kvscope_scrape_duration_seconds", "duration", ["target"], registry=reg)
     errors = Counter("kvscope_scrape_errors", "errors", ["target", "reason"], registry=reg)
@@ -98,8 +102,59 @@ def exporter_registry() -> tuple[CollectorRegistry, callable]:
         errors.labels(SERIES[0], "timeout").inc()
         advice.labels(*SERIES, "add_memory").set(1)
         advice.labels(*SERIES, "cut_context").set(0)
+        kv(i)
 
     return reg, tick
+
+
+def kv_event_families(reg: CollectorRegistry) -> callable:
+    """The kvscope_kv_* families of `--kv-events`, labelled as exporter/METRICS.md says
+    (target, instance [, medium | pool_increase | rank | reason]: no model)."""
+    target, instance = SERIES[0], SERIES[2]
+    tier = ("target", "instance", "medium")
+    counters = [
+        Counter(n, n, tier, registry=reg)
+        for n in (
+            "kvscope_kv_blocks_stored",
+            "kvscope_kv_blocks_removed",
+            "kvscope_kv_first_stores",
+            "kvscope_kv_capacity_misses",
+        )
+    ]
+    cached = Gauge("kvscope_kv_cached_blocks", "cached", tier, registry=reg)
+    distance = Histogram(
+        "kvscope_kv_capacity_miss_distance_blocks", "d", tier, buckets=(1, 4, 16, 64), registry=reg
+    )
+    curve = [
+        Gauge(n, n, ("target", "instance", "pool_increase"), registry=reg)
+        for n in ("kvscope_prefix_cache_hit_ratio_projected", "kvscope_prefill_tokens_saved_per_second")
+    ]
+    chains = [
+        Gauge(n, n, ("target", "instance", "rank"), registry=reg)
+        for n in ("kvscope_kv_hot_prefix_reuse", "kvscope_kv_hot_prefix_depth_blocks")
+    ]
+    shared = Gauge("kvscope_kv_blocks_on_other_replicas", "shared", ("target", "instance"), registry=reg)
+    per_source = [
+        Counter(n, n, ("target",), registry=reg)
+        for n in ("kvscope_kv_events_batches", "kvscope_kv_events_replayed_batches")
+    ]
+    problems = Counter("kvscope_kv_events_problems", "problems", ("target", "reason"), registry=reg)
+
+    def tick(i: int) -> None:
+        for c in counters:
+            c.labels(target, instance, "GPU").inc(3)
+        cached.labels(target, instance, "GPU").set(40 + i % 5)
+        distance.labels(target, instance, "GPU").observe(1 + i % 30)
+        for g in curve:
+            g.labels(target, instance, "0.5").set(0.6)
+        for g in chains:
+            g.labels(target, instance, "1").set(8)
+        shared.labels(target, instance).set(0)
+        for c in per_source:
+            c.labels(target).inc()
+        problems.labels(target, "gap").inc()
+
+    return tick
 
 
 def engine_registry() -> tuple[CollectorRegistry, callable]:

@@ -75,7 +75,7 @@ def test_exporter_image_requirements_are_light_and_its_entrypoint_scrapes(tmp_pa
         [str(venv / "bin" / "pip"), "list", "--format=json"], capture_output=True, text=True, check=True
     )
     installed = {p["name"].lower().replace("_", "-") for p in json.loads(listed.stdout)}
-    assert {"kvscope", "aiohttp", "prometheus-client"} <= installed
+    assert {"kvscope", "aiohttp", "prometheus-client", "msgspec", "pyzmq"} <= installed
     assert installed.isdisjoint(HEAVY), sorted(installed & HEAVY)
 
     entrypoint = [str(venv / "bin" / dockerfile_entrypoint()[0]), *dockerfile_entrypoint()[1:]]

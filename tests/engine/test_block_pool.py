@@ -24,7 +24,7 @@ def _free_ids(pool: BlockPool) -> list[int]:
 
 def _cached_and_freed(pool: BlockPool) -> KVBlock:
     (block,) = pool.get_new_blocks(1)
-    pool.cache_full_block(block, HASH, TOKENS)
+    pool.cache_full_blocks([block], [HASH], [TOKENS], None)
     pool.free_blocks([block])
     return block
 
@@ -52,7 +52,7 @@ def test_usage_is_the_share_of_usable_blocks_held() -> None:
     assert pool.usage() == pytest.approx(0.5)
     rest = pool.get_new_blocks(2)
     assert pool.usage() == 1.0
-    pool.cache_full_block(held[0], HASH, TOKENS)
+    pool.cache_full_blocks([held[0]], [HASH], [TOKENS], None)
     pool.free_blocks(held + rest)
     assert pool.usage() == 0.0, "a cached block nobody holds counts as free"
 
@@ -61,7 +61,7 @@ def test_an_allocation_larger_than_the_free_pool_changes_nothing() -> None:
     pool = BlockPool(5)
     held = pool.get_new_blocks(3)
     cached = held[0]
-    pool.cache_full_block(cached, HASH, TOKENS)
+    pool.cache_full_blocks([cached], [HASH], [TOKENS], None)
     before = (_free_ids(pool), [b.ref_cnt for b in pool.blocks], dict(pool.cached))
     with pytest.raises(ValueError, match="cannot allocate 2 blocks, only 1 free"):
         pool.get_new_blocks(2)
@@ -102,8 +102,8 @@ def test_a_hash_match_with_other_tokens_is_not_a_hit() -> None:
 def test_a_duplicate_block_keeps_its_hash_but_the_first_holder_stays_in_the_map() -> None:
     pool = BlockPool(4)
     first, second = pool.get_new_blocks(2)
-    pool.cache_full_block(first, HASH, TOKENS)
-    pool.cache_full_block(second, HASH, TOKENS)
+    pool.cache_full_blocks([first], [HASH], [TOKENS], None)
+    pool.cache_full_blocks([second], [HASH], [TOKENS], None)
     assert second.block_hash == HASH and pool.cached == {HASH: first}
     pool.free_blocks([second])
     pool.get_new_blocks(2)  # evicts the duplicate (the only free cached block)
@@ -113,16 +113,16 @@ def test_a_duplicate_block_keeps_its_hash_but_the_first_holder_stays_in_the_map(
 def test_caching_a_block_twice_keeps_the_first_entry() -> None:
     pool = BlockPool(3)
     (block,) = pool.get_new_blocks(1)
-    pool.cache_full_block(block, HASH, TOKENS)
+    pool.cache_full_blocks([block], [HASH], [TOKENS], None)
     other = hash_block_tokens(HASH, TOKENS)
-    pool.cache_full_block(block, other, TOKENS)
+    pool.cache_full_blocks([block], [other], [TOKENS], None)
     assert block.block_hash == HASH and other not in pool.cached
 
 
 def test_with_caching_off_nothing_is_published() -> None:
     pool = BlockPool(3, enable_caching=False)
     (block,) = pool.get_new_blocks(1)
-    pool.cache_full_block(block, HASH, TOKENS)
+    pool.cache_full_blocks([block], [HASH], [TOKENS], None)
     assert block.block_hash is None and pool.cached == {}
 
 
@@ -131,8 +131,8 @@ def test_freed_blocks_uncached_to_the_front_cached_to_the_back() -> None:
     queue up LRU, in the order given (a request frees its chain tail first)."""
     pool = BlockPool(5)
     b1, b2, b3, b4 = pool.get_new_blocks(4)
-    pool.cache_full_block(b1, HASH, TOKENS)
-    pool.cache_full_block(b2, hash_block_tokens(HASH, TOKENS), TOKENS)
+    pool.cache_full_blocks([b1], [HASH], [TOKENS], None)
+    pool.cache_full_blocks([b2], [hash_block_tokens(HASH, TOKENS)], [TOKENS], None)
     pool.free_blocks([b4, b3, b2, b1])
     assert _free_ids(pool) == [3, 4, 2, 1]
     assert [b.block_id for b in pool.get_new_blocks(4)] == [3, 4, 2, 1]
@@ -141,7 +141,7 @@ def test_freed_blocks_uncached_to_the_front_cached_to_the_back() -> None:
 def test_touching_a_held_block_only_counts_and_freeing_releases_at_zero() -> None:
     pool = BlockPool(4)
     (block,) = pool.get_new_blocks(1)
-    pool.cache_full_block(block, HASH, TOKENS)
+    pool.cache_full_blocks([block], [HASH], [TOKENS], None)
     free_before = _free_ids(pool)
     pool.touch([block])
     assert block.ref_cnt == 2 and _free_ids(pool) == free_before
@@ -155,7 +155,7 @@ def test_touching_a_free_cached_block_takes_it_out_of_the_middle() -> None:
     pool = BlockPool(5)
     blocks = pool.get_new_blocks(4)
     for b in blocks:
-        pool.cache_full_block(b, hash_block_tokens(None, (b.block_id,) * 4), (b.block_id,) * 4)
+        pool.cache_full_blocks([b], [hash_block_tokens(None, (b.block_id,) * 4)], [(b.block_id,) * 4], None)
     pool.free_blocks(blocks)
     assert _free_ids(pool) == [1, 2, 3, 4]
     pool.touch([blocks[1]])

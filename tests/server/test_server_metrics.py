@@ -195,3 +195,57 @@ def test_tiny_pool_preemptions_are_counted():
         assert value(text, "vllm:kv_cache_usage_perc") == 0.0
     finally:
         server.stop()
+
+
+def test_kv_cache_metrics_expose_vllms_residency_histograms():
+    """--kv-cache-metrics with every allocation sampled: a shared prefix hit by six requests
+    in turn, then unrelated requests that evict it, so each histogram is observed, with
+    vLLM's buckets and labels; the default server has none of the three families."""
+    server = start(num_blocks=40, kv_cache_metrics=True, kv_cache_metrics_sample=1.0)
+    try:
+        prefix = "You are a meticulous assistant. Answer in one short sentence. "
+        for i in range(6):  # one after the other: each hits the prefix blocks again
+            run_concurrently(
+                server,
+                [
+                    dict(
+                        prompt=prefix + f"Q{i}?", max_tokens=8, temperature=0, extra_body={"ignore_eos": True}
+                    )
+                ],
+            )
+        unrelated = [
+            dict(
+                prompt=f"Entirely different request {i}. " * 4,
+                max_tokens=16,
+                temperature=0,
+                extra_body={"ignore_eos": True},
+            )
+            for i in range(4)
+        ]
+        for _ in range(2):  # enough new blocks to evict the prefix
+            run_concurrently(server, unrelated)
+        text = scrape(server)
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        for name in (
+            "vllm:kv_block_lifetime_seconds",
+            "vllm:kv_block_idle_before_evict_seconds",
+            "vllm:kv_block_reuse_gap_seconds",
+        ):
+            family = families[name]
+            assert family.type == "histogram"
+            buckets = [s for s in family.samples if s.name.endswith("_bucket")]
+            assert [s.labels["le"] for s in buckets][:3] == ["0.001", "0.002", "0.005"]
+            assert buckets[-2].labels["le"] == "1800.0" and len(buckets) == 22
+            assert all(s.labels["model_name"] == MODEL and s.labels["engine"] == "0" for s in family.samples)
+        assert value(text, "vllm:kv_block_lifetime_seconds_count") > 0
+        assert value(text, "vllm:kv_block_idle_before_evict_seconds_count") == value(
+            text, "vllm:kv_block_lifetime_seconds_count"
+        )  # one of each per eviction of a sampled block
+        assert value(text, "vllm:kv_block_reuse_gap_seconds_count") > 0  # the prefix was hit repeatedly
+    finally:
+        server.stop()
+    default = start(num_blocks=24)
+    try:
+        assert "vllm:kv_block_lifetime_seconds" not in scrape(default)
+    finally:
+        default.stop()
