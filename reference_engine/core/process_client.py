@@ -14,6 +14,7 @@ the event loop with its status.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import subprocess
@@ -146,8 +147,11 @@ class ProcessCoreClient:
         if self.proc is None or self._closed:
             return None if self.proc is None else self.proc.returncode
         self._stopping = True
-        if self.proc.poll() is None:
-            self.send(Shutdown())
+        if self.proc.poll() is None and self._alive:
+            # Never block on a core that may be gone already (one that failed to start exits
+            # on its own; a PUSH socket without a peer would wait forever).
+            with contextlib.suppress(zmq.Again):
+                self._push.send(self._encoder.encode(Shutdown()), flags=zmq.NOBLOCK)
             try:
                 await asyncio.get_running_loop().run_in_executor(None, self.proc.wait, timeout)
             except subprocess.TimeoutExpired:
