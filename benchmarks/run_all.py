@@ -2,6 +2,9 @@
 
 Usage: python -m benchmarks.run_all [--budget-s 840] [--only paper_memory,paper_sharing] [--out PATH]
 
+With --only, the named benchmarks' sections are replaced and every other section of the
+existing file is kept as it was (each carries its own machine line and date).
+
 Each benchmark runs as its own subprocess with a timeout, in its own process group (so a
 server it started goes down with it), and prints markdown that is copied into RESULTS.md
 under its command, the machine and the date. A benchmark that is missing, fails, times out
@@ -209,7 +212,51 @@ def peers_section() -> str:
     )
 
 
-def render(outcomes: list[Outcome], machine_line: str, total_s: float) -> str:
+def earlier_sections(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """({title: its "## " section}, {key: its summary-table row}) of an earlier RESULTS.md, so
+    a run with --only replaces its own sections and keeps the others (each says when and where
+    it was measured)."""
+    if not path.exists():
+        return {}, {}
+    text = path.read_text(encoding="utf-8")
+    sections = {}
+    for block in text.split("\n## ")[1:]:
+        title = block.split("\n", 1)[0].strip()
+        sections[title] = "## " + block.rstrip()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 4 and cells[0] in {b.key for b in BENCHES}:
+            rows[cells[0]] = line
+    return sections, rows
+
+
+def _section(o: Outcome, machine_line: str) -> str:
+    lines = [
+        f"## {o.bench.title}",
+        "",
+        f"Command: `{o.bench.command}` (timeout {o.bench.timeout_s} s). "
+        f"Machine: {o.machine_line or machine_line}. Status: **{o.status}** in {o.seconds:.0f} s.",
+        "",
+    ]
+    if o.detail:
+        lines += [o.detail, ""]
+    if o.stdout.strip():
+        lines.append(nest_headings(o.stdout.strip()))
+    return "\n".join(lines)
+
+
+def render(
+    outcomes: list[Outcome],
+    machine_line: str,
+    total_s: float,
+    earlier: tuple[dict[str, str], dict[str, str]] = ({}, {}),
+) -> str:
+    """The page: every benchmark in BENCHES order, this run's outcome where it ran, else its
+    section from `earlier` (a run with --only)."""
+    sections, rows = earlier
+    ran = {o.bench.key: o for o in outcomes}
+    kept = [b for b in BENCHES if b.key not in ran and b.title in sections]
     lines = [
         "# kvscope benchmark results",
         "",
@@ -217,24 +264,23 @@ def render(outcomes: list[Outcome], machine_line: str, total_s: float) -> str:
         f"{machine_line}.",
         "Every figure below was produced by the command above its table on this machine; CPU timings on a "
         "shared machine are noisy, so quote ratios measured within one run.",
-        "",
-        "| benchmark | status | seconds | command |",
-        "|---|---|---|---|",
     ]
-    lines += [f"| {o.bench.key} | {o.status} | {o.seconds:.0f} | `{o.bench.command}` |" for o in outcomes]
-    for o in outcomes:
-        lines += [
-            "",
-            f"## {o.bench.title}",
-            "",
-            f"Command: `{o.bench.command}` (timeout {o.bench.timeout_s} s). "
-            f"Machine: {o.machine_line or machine_line}. Status: **{o.status}** in {o.seconds:.0f} s.",
-            "",
-        ]
-        if o.detail:
-            lines += [o.detail, ""]
-        if o.stdout.strip():
-            lines.append(nest_headings(o.stdout.strip()))
+    if kept:
+        lines.append(
+            f"This run (`--only`) ran {', '.join(ran)}; the sections of {', '.join(b.key for b in kept)} are "
+            "kept from earlier runs (each states its own machine and date)."
+        )
+    lines += ["", "| benchmark | status | seconds | command |", "|---|---|---|---|"]
+    body = []
+    for bench in [*BENCHES, *(o.bench for o in outcomes if o.bench not in BENCHES)]:
+        if bench.key in ran:
+            o = ran[bench.key]
+            lines.append(f"| {bench.key} | {o.status} | {o.seconds:.0f} | `{bench.command}` |")
+            body += ["", _section(o, machine_line)]
+        elif bench.title in sections:
+            lines.append(rows.get(bench.key, f"| {bench.key} | kept | - | `{bench.command}` |"))
+            body += ["", sections[bench.title]]
+    lines += body
     lines += ["", "## Peer load generators against one simulated server (`make bench-peers`)", ""]
     lines += [peers_section(), ""]
     lines += ["", "## GPU kernels", "", kernels_section(), ""]
@@ -273,8 +319,8 @@ def main() -> None:
         )
         outcomes.append(outcome)
     total = time.monotonic() - t0
-    text = render(outcomes, machine().line(), total)
     out = Path(args.out)
+    text = render(outcomes, machine().line(), total, earlier_sections(out) if only else ({}, {}))
     tmp = out.with_suffix(".md.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)  # readers never see half a file

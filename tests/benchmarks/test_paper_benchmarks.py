@@ -106,6 +106,21 @@ def test_run_all_reports_missing_failing_and_slow_benchmarks(tmp_path):
     assert [o.status for o in (missing, failing, slow, ok)] == ["missing", "failed", "timed out", "ok"]
     text = run_all.render([missing, failing, slow, ok], "test machine", 1.0)
     assert "exit status 3" in text and "| ok |" in text and "## GPU kernels" in text
+    # --only: the benchmarks that ran replace their sections; every other one is kept.
+    scheduler, exporter = run_all.BENCHES[4], run_all.BENCHES[5]
+    earlier = tmp_path / "RESULTS.md"
+    earlier.write_text(
+        run_all.render(
+            [run_all.Outcome(b, "ok", "old machine", 1.0, f"| old {b.key} |") for b in (scheduler, exporter)],
+            "old machine",
+            2.0,
+        )
+    )
+    redo = run_all.Outcome(exporter, "ok", "new machine", 1.0, "| new exporter |")
+    merged = run_all.render([redo], "new machine", 1.0, run_all.earlier_sections(earlier))
+    assert "| old scheduler |" in merged and "| new exporter |" in merged and "| old exporter |" not in merged
+    assert merged.index(scheduler.title) < merged.index(exporter.title)
+    assert f"| {scheduler.key} | ok | 1 |" in merged and "kept from earlier runs" in merged
     # A benchmark's own top-level headings are nested under its "##" section.
     assert run_all.nest_headings("# top\ntext\n## sub") == "### top\ntext\n#### sub"
 
