@@ -107,7 +107,8 @@ def test_run_all_reports_missing_failing_and_slow_benchmarks(tmp_path):
     text = run_all.render([missing, failing, slow, ok], "test machine", 1.0)
     assert "exit status 3" in text and "| ok |" in text and "## GPU kernels" in text
     # --only: the benchmarks that ran replace their sections; every other one is kept.
-    scheduler, exporter = run_all.BENCHES[4], run_all.BENCHES[5]
+    by_key = {b.key: b for b in run_all.BENCHES}
+    scheduler, exporter = by_key["scheduler"], by_key["exporter"]
     earlier = tmp_path / "RESULTS.md"
     earlier.write_text(
         run_all.render(
