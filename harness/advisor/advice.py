@@ -34,9 +34,11 @@ from harness.advisor.plausibility import implausible
 from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
 from harness.advisor.run_inputs import RunInputs
 from harness.advisor.sizing import blocks_for_tokens
+from harness.advisor.status import replay_status
 from harness.advisor.verdicts import Proposal, decide
 from harness.advisor.whatif import Change, Comparison, Replayer, judge, make_replayer
 from harness.bundle.jsonfile import json_safe, write_json
+from harness.bundle.kv_events import has_kv_events
 
 MAX_AMPLE_BLOCKS = 500_000  # ~8 M tokens at block size 16; building it takes ~0.5 s
 
@@ -130,19 +132,6 @@ def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None,
     return (math.ceil(metrics.peak_kv_usage * (ample - 1)) if metrics.completed else None), note
 
 
-def _status(shown: bool, comparison: Comparison, distrust: str | None) -> tuple[bool, str, str | None]:
-    """(verified, status, reason) of a replay that showed (`shown`) what its claim expects;
-    never verified when `distrust` says the baseline does not model the run."""
-    if not shown:
-        return False, "not confirmed", None
-    if distrust:
-        return False, "indicative", distrust
-    f = comparison.fidelity
-    if f is None or f.within:
-        return True, "verified", None
-    return False, "indicative", f.reason
-
-
 def _verdict(
     p: Proposal, replayer: Replayer | None, notes: list[str], distrust: str | None = None
 ) -> Verdict:
@@ -167,7 +156,7 @@ def _verdict(
         )
     if distrust:
         replay.update(verified=False, implausible=distrust)
-    verified, status, reason = _status(shown, comparison, distrust)
+    verified, status, reason = replay_status(shown, comparison.fidelity, distrust)
     alternatives = []
     for alt in p.alternatives:
         try:
@@ -278,7 +267,9 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     outcome = decide(dep, diag, work, demand, upper)
     notes += outcome.notes
     needed = {**outcome.missing, **needed}
-    if replay and replayer is None and any(p.change for p in outcome.proposals):
+    # The block-level verdicts of a run recorded with --kv-events are replayed too.
+    to_verify = any(p.change for p in outcome.proposals) or has_kv_events(inputs.path)
+    if replay and replayer is None and to_verify:
         replayer, distrust = _replayer(inputs, work, diag, notes)
     elif replay and replayer is None:
         notes.append("no replays: the run shows no KV pressure or queueing, and no proposal to verify")

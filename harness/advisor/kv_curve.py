@@ -29,6 +29,7 @@ from exporter.series import increase
 from harness.advisor.capacity import base_blocks
 from harness.advisor.record import Claim, Verdict
 from harness.advisor.run_inputs import RunInputs
+from harness.advisor.status import replay_status
 from harness.advisor.whatif import Change, Replayer
 from harness.bundle.jsonfile import json_safe
 from harness.bundle.kv_events import curve_column, latest, read_kv_events
@@ -177,7 +178,8 @@ def add_memory_by_curve(
         return Verdict(**claim, verified=False)
     b, c = comparison.baseline.prefix_hit_ratio, comparison.changed.prefix_hit_ratio
     measured = None if b is None or c is None else c - b
-    verified = measured is not None and measured >= max(MIN_VERIFIED_GAIN, VERIFY_SHARE * gain)
+    shown = measured is not None and measured >= max(MIN_VERIFIED_GAIN, VERIFY_SHARE * gain)
+    verified, status, reason = replay_status(shown, comparison.fidelity)
     replay = comparison.to_dict()
     replay.update(
         verified=verified,
@@ -185,7 +187,7 @@ def add_memory_by_curve(
         if measured is not None
         else "the replay measured no prefix-cache queries",
     )
-    return Verdict(**claim, verified=verified, replay=json_safe(replay))
+    return Verdict(**claim, verified=verified, replay=json_safe(replay), status=status, status_reason=reason)
 
 
 def _routed(trace: list[TraceRequest], replicas: int, by_prefix: bool) -> list[list[TraceRequest]]:
@@ -247,9 +249,12 @@ def route_by_prefix(frame: pd.DataFrame, replayer: Replayer | None, notes: list[
     spread = _fleet(replayer, _routed(replayer.trace, replicas, by_prefix=False))
     routed = _fleet(replayer, _routed(replayer.trace, replicas, by_prefix=True))
     b, c = spread["prefix_hit_ratio"], routed["prefix_hit_ratio"]
-    verified = (
+    shown = (
         b is not None and c is not None and c >= b + ROUTE_GAIN and routed["completed"] >= spread["completed"]
     )
+    # Both sides are replays on the simulator (no measured baseline to match): its fidelity
+    # to the run is the single-replica baseline's.
+    verified, status, reason = replay_status(shown, replayer.fidelity())
     replay = {
         "change": {"label": f"{replicas} replicas, each shared-prefix group on one"},
         "baseline": {"label": f"{replicas} replicas, round-robin", **spread},
@@ -260,7 +265,7 @@ def route_by_prefix(frame: pd.DataFrame, replayer: Replayer | None, notes: list[
         else "the replays measured no prefix-cache queries",
         "time_axis": replayer.time_axis,
     }
-    return Verdict(**claim, verified=verified, replay=json_safe(replay))
+    return Verdict(**claim, verified=verified, replay=json_safe(replay), status=status, status_reason=reason)
 
 
 def kv_event_verdicts(
@@ -286,7 +291,13 @@ def kv_event_verdicts(
     out += [v] if v is not None else []
     if distrust:
         out = [
-            replace(v, verified=False, replay={**v.replay, "verified": False, "implausible": distrust})
+            replace(
+                v,
+                verified=False,
+                replay={**v.replay, "verified": False, "implausible": distrust},
+                status="indicative" if v.status == "verified" else v.status,
+                status_reason=distrust if v.status == "verified" else v.status_reason,
+            )
             if v.replay
             else v
             for v in out

@@ -84,9 +84,13 @@ def write_kv_events(out: Path, exporter_dir: Path) -> bool:
     return True
 
 
+def has_kv_events(directory: Path | None) -> bool:
+    return directory is not None and (Path(directory) / KV_EVENTS).exists()
+
+
 def read_kv_events(directory: Path | None) -> pd.DataFrame | None:
     """The bundle's KV event series, or None (no file, or a bundle built in memory)."""
-    if directory is None or not (Path(directory) / KV_EVENTS).exists():
+    if not has_kv_events(directory):
         return None
     return pd.read_parquet(Path(directory) / KV_EVENTS)
 

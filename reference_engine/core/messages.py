@@ -152,9 +152,9 @@ class CoreReady(msgspec.Struct, tag="ready", array_like=True, omit_defaults=True
     kv_cache_dtype: str
     enable_prefix_caching: bool
     allocator: str
-    kv_cache_metrics: bool = False  # the core samples block residency (vLLM's three histograms)
     weights: str = ""  # how the weights are held, e.g. "float32" or "int8 (per-channel), bfloat16"
     pid: int = 0
+    kv_cache_metrics: bool = False  # the core samples block residency (vLLM's three histograms)
 
 
 class CoreStartFailed(msgspec.Struct, tag="start_failed", array_like=True):

@@ -54,6 +54,8 @@ class AsyncEngine:
         """Start the core and wait until it is ready. Raises CoreStartError."""
         ready = await self.client.start(self._on_outputs, self._on_exit)
         self.ready = ready
+        # Until the first step's record: an idle pool (every block but the null block free).
+        self.stats = CoreStats(num_free_blocks=ready.num_blocks - 1)
         self.limits = AdmissionLimits(
             ready.max_model_len, ready.vocab_size, ready.block_size, ready.num_blocks - 1
         )

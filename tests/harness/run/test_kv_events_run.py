@@ -1,7 +1,10 @@
 """`kvscope run --kv-events` end to end on the bundled engine (tiny-random on CPU): 8 shared
 system prompts of 8 blocks each against a 48-block pool, so the prefixes keep evicting each
 other. The bundle holds the event-derived series, the server's residency histograms, and an
-add_memory verdict sized by the miss-ratio curve and verified by replay."""
+add_memory verdict sized by the miss-ratio curve and verified by replay. The users think
+between requests: a closed loop that keeps the server busy all the time replays (open loop,
+at the same arrival times) on the edge of instability, so its baseline would not match the
+run and nothing could be verified."""
 
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ def bundle(tmp_path_factory):
         "8",
         "--users",
         "2",
+        "--think-time",
+        "0.05",
         "--duration",
         "15s",
         "--num-blocks",

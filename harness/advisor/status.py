@@ -1,0 +1,24 @@
+"""A verdict's status from its replay: what a claim may say about itself.
+
+"verified" only when the replay showed what the claim expects and the replay of the run as it
+was resembles the run (no `distrust` from `plausibility`, its `fidelity` within tolerance);
+"indicative" when the replay shows it over a baseline that misses the run (the reason says
+how); "not confirmed" when the replay did not show it.
+"""
+
+from __future__ import annotations
+
+from harness.advisor.fidelity import Fidelity
+
+
+def replay_status(
+    shown: bool, fidelity: Fidelity | None, distrust: str | None = None
+) -> tuple[bool, str, str | None]:
+    """(verified, status, reason)."""
+    if not shown:
+        return False, "not confirmed", None
+    if distrust:
+        return False, "indicative", distrust
+    if fidelity is None or fidelity.within:
+        return True, "verified", None
+    return False, "indicative", fidelity.reason
