@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import gevent
+import msgspec
 
 log = logging.getLogger("kvscope.records")
 
@@ -78,20 +79,22 @@ class RecordCollector:
     per_worker: dict[str, int] = field(default_factory=dict)
     total: int = 0
     drained: set[str] = field(default_factory=set)
-    _file: IO[str] | None = None
+    _file: IO[bytes] | None = None
+    # NaN ("not measured") is encoded as null: standard JSON that any JSON-lines reader takes.
+    # msgspec: the master writes every record of every worker (about 7x json.dumps's speed).
+    _encode: Any = field(default_factory=lambda: msgspec.json.Encoder().encode)
 
     def open(self) -> None:
         if self.path and self._file is None:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+            self._file = open(self.path, "ab")  # noqa: SIM115 (closed in close())
 
     def on_records(self, environment: Any = None, msg: Any = None, **_: Any) -> None:
         data = msg.data or {}
         records = data.get("records") or []
         worker = str(data.get("worker_id", msg.node_id))
         if self._file is not None and records:
-            # NaN ("not measured") becomes null: standard JSON that any JSON-lines reader takes.
-            self._file.write("".join(json.dumps(_nan_to_null(r)) + "\n" for r in records))
+            self._file.write(b"".join(self._encode(r) + b"\n" for r in records))
             self._file.flush()
         self.per_worker[worker] = self.per_worker.get(worker, 0) + len(records)
         self.total += len(records)
@@ -103,11 +106,6 @@ class RecordCollector:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def _nan_to_null(record: dict) -> dict:
-    """NaN floats become None; only scalar floats can be NaN in a record (lists hold gaps)."""
-    return {k: None if isinstance(v, float) and v != v else v for k, v in record.items()}
 
 
 def wait_until(predicate, timeout_s: float, step_s: float = 0.05) -> bool:
