@@ -24,6 +24,7 @@ Nothing here imports torch: Locust processes stay light (tests check `sys.module
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections.abc import Iterable
@@ -247,11 +248,14 @@ class LLMUser(FastHttpUser):
         if slot is not None:
             rec.scheduled_time_unix = slot.scheduled_unix
             rec.schedule_lag_s = rec.send_time_unix - slot.scheduled_unix
-        resp = self._post(rec, payload)
+        headers = self._headers
+        if self.ctx.opts.traceparent:
+            headers = {**headers, "traceparent": traceparent(rec)}
+        resp = self._post(rec, payload, headers)
         if not resp.status_code and closed_before_response(getattr(resp, "error", None)):
             rec.retries += 1  # a stale keep-alive connection: nothing reached the server
             drop_pooled_connections(self.client)
-            resp = self._post(rec, payload)
+            resp = self._post(rec, payload, headers)
         rec.status_code = status = resp.status_code or 0
         if status == 0:
             error = getattr(resp, "error", None) or ConnectionError("no response")
@@ -272,9 +276,9 @@ class LLMUser(FastHttpUser):
         if state.done:
             finish_body(resp.stream)  # after the timings are taken: only the connection's reuse waits
 
-    def _post(self, rec: RequestRecord, payload: bytes) -> Any:
+    def _post(self, rec: RequestRecord, payload: bytes, headers: dict[str, str]) -> Any:
         return self.client.request(
-            "POST", PATHS[rec.endpoint], data=payload, headers=self._headers, stream=True, catch_response=True
+            "POST", PATHS[rec.endpoint], data=payload, headers=headers, stream=True, catch_response=True
         )
 
     def _report(self, rec: RequestRecord) -> None:
@@ -311,6 +315,14 @@ class LLMUser(FastHttpUser):
             )
         if self.ctx.sender is not None:
             self.ctx.sender.add(rec.to_dict())
+
+
+def traceparent(rec: RequestRecord) -> str:
+    """A W3C `traceparent` (version 00, sampled) with a fresh random trace id, kept in the
+    record as the join key for the server's span. The retry of a stale connection sends the
+    same header: only one of the two attempts reached the server."""
+    rec.trace_id = os.urandom(16).hex()
+    return f"00-{rec.trace_id}-{os.urandom(8).hex()}-01"
 
 
 def _error_text(resp: Any) -> str:
