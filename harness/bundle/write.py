@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from exporter.quantities import HISTOGRAMS, QUANTITIES
 from harness.bundle.jsonfile import write_json
 from harness.bundle.schema import REQUEST_SCHEMA, REQUESTS, RUN_JSON, SERVER, SERVER_FIXED
+from harness.bundle.spans import write_spans
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -88,8 +89,13 @@ def versions() -> dict[str, str]:
 
 
 def write_bundle(out: Path, run_info: dict[str, Any], records_path: Path, exporter_dir: Path) -> None:
-    """Write run.json, requests.parquet and server.parquet into `out` (summary.json is the
-    analysis's: `harness.analysis.summary.write_summary`)."""
-    pq.write_table(requests_table(read_jsonl(records_path)), out / REQUESTS)
+    """Write run.json, requests.parquet and server.parquet into `out`, and spans.parquet
+    when the run received spans (summary.json is the analysis's:
+    `harness.analysis.summary.write_summary`)."""
+    requests = requests_table(read_jsonl(records_path))
+    pq.write_table(requests, out / REQUESTS)
     server_frame(exporter_dir).to_parquet(out / SERVER, index=False)
+    spans = write_spans(out, requests.to_pandas())
+    if spans is not None:
+        run_info = {**run_info, "spans": spans}
     write_json(out / RUN_JSON, {**run_info, "versions": versions()})

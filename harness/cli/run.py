@@ -10,6 +10,7 @@ import argparse
 
 from exporter.units import host_port
 from harness.cli.load_flags import add_engine_flags, add_workload_options
+from harness.cli.otlp_flags import add_otlp_flags
 from harness.run.engine_flags import STARTUP_TIMEOUT_S
 from harness.run.outcome import DEFAULT_MAX_ERROR_RATE, EXIT_HELP
 from harness.workload.options import API_KEY_ENV, WORKLOADS
@@ -155,6 +156,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p, "workload options (each workload uses some; see `locust -f loadtests/NAME.py --help`)"
     )
     add_engine_flags(p)
+    add_otlp_flags(p)
     p.set_defaults(func=_run)
 
 

@@ -77,7 +77,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         media = media_type(self.headers.get("Content-Type", ""))
         if media is None:
-            self._refuse("unsupported_media", 415, "Content-Type must be application/x-protobuf or application/json")
+            self._refuse(
+                "unsupported_media", 415, "Content-Type must be application/x-protobuf or application/json"
+            )
             return
         length = self.headers.get("Content-Length")
         if length is None or not length.strip().isdigit():

@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = Receiver(args.listen, sink, args.max_body_bytes)
     except OSError as exc:
-        print(f"kvscope otlp: error: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc}", file=sys.stderr)
+        print(
+            f"kvscope otlp: error: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc}", file=sys.stderr
+        )
         return 2
     stop = threading.Event()
     signal.signal(signal.SIGUSR1, lambda *_: sink.close())

@@ -23,6 +23,7 @@ from harness.bundle.deployment import DeploymentFacts
 from harness.bundle.deployment_option import parse_deployment
 from harness.run.deployment import bundled_facts
 from harness.run.engine_flags import STARTUP_TIMEOUT_S, engine_argv
+from harness.run.otlp_config import OtlpConfig, otlp_config
 from harness.run.outcome import DEFAULT_MAX_ERROR_RATE
 from harness.workload.options import (
     API_KEY_ENV,
@@ -78,6 +79,7 @@ class RunConfig:
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     fail_on_unreliable: bool = False
     advise: bool = True
+    otlp: OtlpConfig | None = None  # --otlp: receive the server's request spans
 
     @property
     def open_loop(self) -> bool:
@@ -229,6 +231,10 @@ def from_args(args: argparse.Namespace) -> RunConfig:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     stated = deployment_statement(getattr(args, "deployment", None), target)
+    try:
+        otlp = otlp_config(args)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return RunConfig(
         workload=workload,
         target=target,
@@ -260,6 +266,7 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         ),
         fail_on_unreliable=bool(getattr(args, "fail_on_unreliable", False)),
         advise=not getattr(args, "no_advise", False),
+        otlp=otlp,
     )
 
 

@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 
-from harness.run import procs
+from harness.run import otlp, procs
 from harness.run.commands import (
     child_env,
     connect_host,
@@ -67,6 +67,7 @@ def execute(cfg: RunConfig) -> int:
     previous = {sig: signal.signal(sig, run.on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
     failure: RunFailed | None = None
     try:
+        otlp.start_receiver(run)
         start_target(run)
         run.models = server_models(run.target_url)
         if cfg.target:
@@ -114,9 +115,9 @@ def start_target(run: Run) -> None:
     run.say(f"starting the bundled engine ({cfg.model or 'its default model'}) on 127.0.0.1:{port}")
     child = run.children["engine"] = procs.start(
         "engine",
-        engine_command(cfg.model, cfg.engine_argv, port),
+        engine_command(cfg.model, cfg.engine_argv + otlp.engine_flags(run), port),
         run.paths["logs"],
-        env=child_env(cfg.api_key),
+        env=otlp.engine_env(run, child_env(cfg.api_key)),
     )
     ok, reason = procs.wait_http(
         f"http://127.0.0.1:{port}/health",
@@ -260,6 +261,7 @@ def stop_all(run: Run) -> int | None:
         if name.startswith("worker"):
             child.wait(10.0)
             child.stop(signal.SIGTERM, timeout_s=5.0)
+    otlp.wait_for_spans(run)
     exporter = run.children.get("exporter")
     if exporter is not None:
         if exporter.running and run.exporter_ok:
@@ -268,6 +270,7 @@ def stop_all(run: Run) -> int | None:
     engine = run.children.get("engine")
     if engine is not None:
         engine.stop(signal.SIGTERM, timeout_s=20.0)
+    otlp.stop_receiver(run)
     return master_rc
 
 

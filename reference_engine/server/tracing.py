@@ -66,14 +66,18 @@ class RequestTracer:
                 "(pip install 'kvscope[engine]')"
             ) from None
         exporter = _exporter(endpoint)
-        resource = Resource.create({"vllm.instrumenting_module_name": MODULE_NAME, "vllm.process_id": str(os.getpid())})
+        resource = Resource.create(
+            {"vllm.instrumenting_module_name": MODULE_NAME, "vllm.process_id": str(os.getpid())}
+        )
         self._provider = TracerProvider(resource=resource)
         self._provider.add_span_processor(BatchSpanProcessor(exporter))
         self._tracer = self._provider.get_tracer(SCOPE)
         self._propagator = TraceContextTextMapPropagator()
         self._kind = SpanKind.SERVER
 
-    def emit(self, headers: Mapping[str, str], request_id: str, params: SamplingParams, outcome: Outcome) -> None:
+    def emit(
+        self, headers: Mapping[str, str], request_id: str, params: SamplingParams, outcome: Outcome
+    ) -> None:
         """One span for a request that finished (`outcome`); `headers` are the request's
         (only `traceparent` / `tracestate` are read)."""
         carrier = {k: headers[k] for k in ("traceparent", "tracestate") if k in headers}
