@@ -140,9 +140,11 @@ def fill_from_spans(requests: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame
     ids = out.loc[want, "trace_id"]
     for column, field in FILLED.items():
         values = ids.map(by_trace[field])
-        if out[column].dtype == object or field in ("num_preemptions", "cached_prompt_tokens"):
-            values = values.astype(object).where(values.notna(), None)
-        out.loc[want, column] = values
+        if out[column].dtype.kind == "f":
+            out.loc[want, column] = pd.to_numeric(values, errors="coerce").astype(float)
+        else:  # integer counts that may be missing: object, None where absent
+            out[column] = out[column].astype(object)
+            out.loc[want, column] = values.astype(object).where(values.notna(), None)
     out.loc[want, "server_timing_source"] = "otlp:" + ids.map(by_trace["engine_format"]).astype(str)
     return out
 
