@@ -99,7 +99,9 @@ def test_sdk_exported_spans_join_to_their_requests(tmp_path, kind):
     assert status["request_spans"] == N and status["spans_other"] == 1 and status["bodies_malformed"] == 0
     requests = normalise_requests(pd.DataFrame(records))
     stats = write_spans(tmp_path, requests)
-    assert stats["join"]["joined"] == N and stats["join"]["missing"] == 0 and stats["join"]["unknown_trace"] == 0
+    assert (
+        stats["join"]["joined"] == N and stats["join"]["missing"] == 0 and stats["join"]["unknown_trace"] == 0
+    )
     joined = fill_from_spans(requests, pd.read_parquet(tmp_path / "spans.parquet")).set_index("request_id")
     for i in range(N):
         row = joined.loc[f"r{i}"]

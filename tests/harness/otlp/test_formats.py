@@ -56,12 +56,19 @@ def test_tgi_handler_span_parses_rust_durations_and_claims_no_ttft():
     span = classify(
         raw(
             "generate_stream",
-            {"total_time": "2.5s", "validation_time": "850µs", "queue_time": "12.5ms", "inference_time": "2.4s"},
+            {
+                "total_time": "2.5s",
+                "validation_time": "850µs",
+                "queue_time": "12.5ms",
+                "inference_time": "2.4s",
+            },
         )
     )
     assert span.engine_format == "tgi" and span.e2e_s == 2.5 and span.queue_time_s == pytest.approx(0.0125)
     assert span.inference_time_s == 2.4 and math.isnan(span.ttft_s) and math.isnan(span.prefill_time_s)
-    assert rust_duration_s("1.234567ms") == pytest.approx(0.001234567) and rust_duration_s("7ns") == pytest.approx(7e-9)
+    assert rust_duration_s("1.234567ms") == pytest.approx(0.001234567) and rust_duration_s(
+        "7ns"
+    ) == pytest.approx(7e-9)
     assert math.isnan(rust_duration_s("soon")) and math.isnan(rust_duration_s(3))
 
 
