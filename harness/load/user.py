@@ -24,7 +24,6 @@ Nothing here imports torch: Locust processes stay light (tests check `sys.module
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from collections.abc import Iterable
@@ -44,6 +43,7 @@ from harness.workload.prompts import seeded_text
 from harness.workload.record import RequestRecord, classify_exception, http_error_class
 from harness.workload.request_spec import PATHS, RequestSpec, body
 from harness.workload.sse import StreamState, consume, finish
+from harness.workload.trace_context import traceparent
 
 install(events)
 IDLE_WAIT_S = 0.25  # how often an idle (draining, schedule exhausted) user looks again
@@ -249,7 +249,7 @@ class LLMUser(FastHttpUser):
             rec.scheduled_time_unix = slot.scheduled_unix
             rec.schedule_lag_s = rec.send_time_unix - slot.scheduled_unix
         headers = self._headers
-        if self.ctx.opts.traceparent:
+        if self.ctx.opts.traceparent:  # a retry (below) sends the same one: only one reached the server
             headers = {**headers, "traceparent": traceparent(rec)}
         resp = self._post(rec, payload, headers)
         if not resp.status_code and closed_before_response(getattr(resp, "error", None)):
@@ -315,14 +315,6 @@ class LLMUser(FastHttpUser):
             )
         if self.ctx.sender is not None:
             self.ctx.sender.add(rec.to_dict())
-
-
-def traceparent(rec: RequestRecord) -> str:
-    """A W3C `traceparent` (version 00, sampled) with a fresh random trace id, kept in the
-    record as the join key for the server's span. The retry of a stale connection sends the
-    same header: only one of the two attempts reached the server."""
-    rec.trace_id = os.urandom(16).hex()
-    return f"00-{rec.trace_id}-{os.urandom(8).hex()}-01"
 
 
 def _error_text(resp: Any) -> str:
