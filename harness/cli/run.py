@@ -37,7 +37,9 @@ through their environment, never their command lines.
 The bundle (--out DIR): run.json (the configuration, the seed, how the run ended and its exit
 status, and the deployment facts with their source: the bundled engine's configuration, or
 what a --target stated), requests.parquet, server.parquet, summary.json, logs/, raw/ (records
-and exporter samples as JSON lines), locust/ (Locust's CSVs).
+and exporter samples as JSON lines), locust/ (Locust's CSVs); with --otlp also spans.parquet
+(the server's request spans, joined to the requests by the traceparent each one carries:
+docs/spans.md).
 Load it with harness.results.load(DIR).
 
 {EXIT_HELP}
