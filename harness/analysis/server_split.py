@@ -29,6 +29,7 @@ BANDS: tuple[tuple[str, float, float], ...] = (
     ("> p99", 99.0, 100.0),
 )
 SOURCE_TEXT = {
+    "unrecorded": "the stream's own timing object (a bundle from before sources were recorded)",
     "kvscope": "the reference engine's SSE kvscope object",
     "llamacpp": "llama.cpp's timings object (no queue time)",
 }
@@ -85,7 +86,11 @@ def describe_sources(sources: list[str], spans: pd.DataFrame) -> dict[str, str]:
 def server_split(all_requests: pd.DataFrame, spans: pd.DataFrame) -> ServerSplit:
     ok = measured(all_requests)
     ok = ok[ok["ok"]]
-    src = ok["server_timing_source"].where(ok["server_timing_source"].notna(), "none")
+    # Bundles from before the source was recorded have server timings without one.
+    unrecorded = ok["server_ttft_s"].notna() | ok["server_e2e_s"].notna()
+    src = ok["server_timing_source"].where(
+        ok["server_timing_source"].notna(), unrecorded.map({True: "unrecorded", False: "none"})
+    )
     sources = {str(k): int(v) for k, v in src.value_counts().items()}
     timed = ok[ok["server_e2e_s"].notna() & ok["e2e_s"].notna()]
     rows = []

@@ -103,7 +103,11 @@ def wait_for_spans(run: Run) -> None:
     period is over; then close the join (later spans are counted late)."""
     child = run.children.get("otlp")
     cfg = run.cfg.otlp
-    if child is None or cfg is None or not child.running:
+    if child is None or cfg is None:
+        return
+    if not child.running:
+        run.notes.append(f"the OTLP receiver exited during the run (status {child.returncode}); see its log")
+        run.say(f"warning: {run.notes[-1]}")
         return
     want = expected_spans(run)
     deadline = time.monotonic() + cfg.grace_s

@@ -38,6 +38,7 @@ def test_every_successful_request_has_one_span_equal_to_the_sse_object(tmp_path)
                       ("server_e2e_s", "e2e_s_span")):  # fmt: skip
         assert (joined[sse] - joined[span]).abs().max() < 1e-3, sse
     stats = b.run["spans"]
+    assert f"spans: {len(ok)} of {len(ok)} successful requests joined (0 missing" in log
     assert stats["join"]["joined"] == len(ok) and stats["join"]["missing"] == 0
     assert stats["join"]["unknown_trace"] == 0 and stats["receiver"]["bodies_malformed"] == 0
     assert b.summary["selfcheck"]["method"] == "per_request"
