@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +36,12 @@ TARGET = 0.05
 MODES = {"without": ["--no-traceparent"], "with spans": ["--otlp"]}
 
 
+def is_receiver(cmd: str) -> bool:
+    return "harness.otlp.serve" in cmd
+
+
 def is_client(cmd: str) -> bool:
-    return is_locust_worker(cmd) or "harness.otlp.serve" in cmd
+    return is_locust_worker(cmd) or is_receiver(cmd)
 
 
 def measure(mode: str, streams: int, duration: str, out: Path, output_tokens: int) -> dict:
@@ -46,7 +51,11 @@ def measure(mode: str, streams: int, duration: str, out: Path, output_tokens: in
         "--no-calibrate", "--no-advise", "--out", str(out), *SIM_FLAGS, *MODES[mode],
     )  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    receiver: list = []
+    side = threading.Thread(target=lambda: receiver.extend(sample_worker_cpu(proc, is_receiver)))
+    side.start()
     samples = sample_worker_cpu(proc, is_client)
+    side.join()
     _, stderr = proc.communicate(timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{mode} at {streams} streams failed: {stderr[-400:]}")
@@ -58,6 +67,7 @@ def measure(mode: str, streams: int, duration: str, out: Path, output_tokens: in
     joined = (r.run.get("spans") or {}).get("join", {}).get("joined")
     return {
         "cpu_per_request_ms": cpu_rate(samples, start, end) / per_s * 1000,
+        "receiver_ms": (cpu_rate(receiver, start, end) / per_s * 1000) if "--otlp" in MODES[mode] else 0.0,
         "req_per_s": per_s,
         "traced": bool(m["trace_id"].notna().all()),
         "joined_share": joined / len(r.requests[r.requests["ok"]]) if joined is not None else None,
@@ -94,8 +104,11 @@ def main() -> int:
         f"Machine: {machine().line()}. {args.repeats} alternating repeats of {args.duration} per mode, "
         f"128-token prompts, {args.output_tokens} output tokens, closed loop, one Locust worker.\n"
     )
-    print("| streams | mode | req/s | client CPU per request | every request traced | joined to a span |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| streams | mode | req/s | client CPU per request | of which the receiver | every request traced "
+        "| joined to a span |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for streams, got, _, _ in rows:
         for mode in MODES:
             runs = got[mode]
@@ -103,6 +116,7 @@ def main() -> int:
             print(
                 f"| {streams} | {mode} | {statistics.median(x['req_per_s'] for x in runs):.1f} | "
                 f"{statistics.median(x['cpu_per_request_ms'] for x in runs):.3f} ms | "
+                f"{statistics.median(x['receiver_ms'] for x in runs):.3f} ms | "
                 f"{'yes' if all(x['traced'] for x in runs) else 'no'} | "
                 f"{f'{min(share):.0%}' if share else '–'} |"
             )
