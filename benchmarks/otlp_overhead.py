@@ -1,15 +1,18 @@
 """What per-request server spans cost the client: a `traceparent` on every request plus the
-run's OTLP receiver, against a run with neither (`--no-traceparent`, no `--otlp`).
+run's OTLP receiver, against a run without the header whose receiver is not counted.
 
-Both modes run `kvscope run` against the bundled engine in simulation mode (the cost model of
-`harness_client_capacity`, so the server is cheap and the client's cost shows), closed loop
-at each stream count, alternating modes within each repeat so drift on a shared machine hits
-both alike. With spans, the engine exports vLLM's `llm_request` span per request (OTLP/HTTP,
-the SDK's 5 s batches) to the receiver, which decodes and writes every one.
-
-Client CPU per request = (Locust workers' CPU, plus the receiver's in the span mode: it runs
-on the load generator's machine) over the steady window, divided by the requests sent in it.
-Target: spans cost <= 5% more CPU per request. Medians over the repeats.
+Both modes run `kvscope run --otlp` against the bundled engine in simulation mode (the cost
+model of `harness_client_capacity`, so the server is cheap and the client's cost shows),
+closed loop at each stream count, alternating modes within each repeat so drift on a shared
+machine hits both alike. In both the engine exports vLLM's `llm_request` span per request
+(OTLP/HTTP, the SDK's 5 s batches) to the run's receiver, so the server does the same work
+and the machine carries the same load: what differs is only what the client pays for.
+- without: `--no-traceparent`; client CPU = the Locust workers' (the receiver's CPU is left
+  out: a run without spans has none).
+- with spans: the header on every request; client CPU = the workers' plus the receiver's
+  (it runs on the load generator's machine), every span decoded, written and joined.
+Client CPU per request = that CPU over the steady window, divided by the requests sent in
+it. Target: spans cost <= 5% more CPU per request. Medians over the repeats.
 
     .venv/bin/python benchmarks/otlp_overhead.py [--streams 64,256] [--repeats 2] [--duration 15s]
 """
@@ -33,7 +36,7 @@ from harness.results import load  # noqa: E402
 from harness.run.commands import kvscope_command  # noqa: E402
 
 TARGET = 0.05
-MODES = {"without": ["--no-traceparent"], "with spans": ["--otlp"]}
+MODES = {"without": ["--otlp", "--no-traceparent"], "with spans": ["--otlp"]}
 
 
 def is_receiver(cmd: str) -> bool:
@@ -54,7 +57,7 @@ def measure(mode: str, streams: int, duration: str, out: Path, output_tokens: in
     receiver: list = []
     side = threading.Thread(target=lambda: receiver.extend(sample_worker_cpu(proc, is_receiver)))
     side.start()
-    samples = sample_worker_cpu(proc, is_client)
+    samples = sample_worker_cpu(proc, is_client if mode == "with spans" else is_locust_worker)
     side.join()
     _, stderr = proc.communicate(timeout=600)
     if proc.returncode != 0:
@@ -67,7 +70,7 @@ def measure(mode: str, streams: int, duration: str, out: Path, output_tokens: in
     joined = (r.run.get("spans") or {}).get("join", {}).get("joined")
     return {
         "cpu_per_request_ms": cpu_rate(samples, start, end) / per_s * 1000,
-        "receiver_ms": (cpu_rate(receiver, start, end) / per_s * 1000) if "--otlp" in MODES[mode] else 0.0,
+        "receiver_ms": cpu_rate(receiver, start, end) / per_s * 1000,  # counted only "with spans"
         "req_per_s": per_s,
         "traced": bool(m["trace_id"].notna().all()),
         "joined_share": joined / len(r.requests[r.requests["ok"]]) if joined is not None else None,
@@ -105,7 +108,7 @@ def main() -> int:
         f"128-token prompts, {args.output_tokens} output tokens, closed loop, one Locust worker.\n"
     )
     print(
-        "| streams | mode | req/s | client CPU per request | of which the receiver | every request traced "
+        "| streams | mode | req/s | client CPU per request | receiver CPU per request | every request traced "
         "| joined to a span |"
     )
     print("|---|---|---|---|---|---|---|")
