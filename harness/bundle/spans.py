@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.bundle.schema import arrow_schema
+from harness.otlp.sink import COUNTS_FILE, SPANS_FILE
 from harness.otlp.span import SPAN_COLUMNS, ServerSpan
 
 SPANS = "spans.parquet"
@@ -50,7 +51,7 @@ FILLED = {
 
 def read_raw_spans(raw_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    path = raw_dir / "spans.jsonl"
+    path = raw_dir / SPANS_FILE
     if not path.exists():
         return rows
     with open(path, encoding="utf-8") as f:
@@ -117,7 +118,7 @@ def write_spans(out: Path, requests: pd.DataFrame) -> dict[str, Any] | None:
     rows = read_raw_spans(raw)
     table = spans_table(rows)
     pq.write_table(table, out / SPANS)
-    counts_path = raw / "counts.json"
+    counts_path = raw / COUNTS_FILE
     try:
         counts = json.loads(counts_path.read_text(encoding="utf-8")) if counts_path.exists() else None
     except ValueError:

@@ -19,11 +19,7 @@ from pathlib import Path
 
 from exporter.units import host_port
 from harness.otlp.http import DEFAULT_MAX_BODY_BYTES, TRACES_PATH, Receiver
-from harness.otlp.sink import DEFAULT_MAX_SPANS, SpanSink
-
-SPANS_FILE = "spans.jsonl"
-ENDPOINT_FILE = "endpoint.json"
-COUNTS_FILE = "counts.json"
+from harness.otlp.sink import COUNTS_FILE, DEFAULT_MAX_SPANS, ENDPOINT_FILE, SPANS_FILE, SpanSink
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     thread = threading.Thread(target=server.serve_forever, name="otlp-receiver", daemon=True)
     thread.start()
     url = endpoint_url(args.listen[0], server.server_address[1])
-    (out / ENDPOINT_FILE).write_text(json.dumps({"endpoint": url}) + "\n", encoding="utf-8")
+    partial = out / (ENDPOINT_FILE + ".part")  # renamed into place: a reader never sees half a file
+    partial.write_text(json.dumps({"endpoint": url}) + "\n", encoding="utf-8")
+    partial.replace(out / ENDPOINT_FILE)
     print(f"kvscope otlp: listening on {url}", flush=True)
     while not stop.wait(0.5):
         pass

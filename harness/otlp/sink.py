@@ -25,6 +25,11 @@ from harness.otlp.formats import RawSpan, classify
 BODY_REASONS = ("malformed", "oversized", "gzip_bomb", "unsupported_media", "busy", "not_found")
 SPAN_REASONS = ("kept", "other", "duplicate", "late", "over_cap")
 DEFAULT_MAX_SPANS = 500_000
+# The receiver's output folder (`harness.otlp.serve`): spans as they come, its URL once it
+# listens, the counts when it exits.
+SPANS_FILE = "spans.jsonl"
+ENDPOINT_FILE = "endpoint.json"
+COUNTS_FILE = "counts.json"
 
 
 class SpanSink:

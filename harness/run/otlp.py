@@ -13,8 +13,10 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from harness.bundle.spans import RAW_DIR
+from harness.otlp.sink import ENDPOINT_FILE
 from harness.run import procs
 from harness.run.state import Run, RunFailed
 
@@ -48,18 +50,25 @@ def start_receiver(run: Run) -> None:
         "otlp-receiver", receiver_command(*cfg.listen, str(out), cfg.max_spans), run.paths["logs"]
     )
     deadline = time.monotonic() + START_TIMEOUT_S
-    endpoint_file = out / "endpoint.json"
-    while not endpoint_file.exists():
+    while (endpoint := _endpoint(out / ENDPOINT_FILE)) is None:
         if not child.running or time.monotonic() > deadline:
             raise RunFailed(f"the OTLP receiver did not start; its log:\n{child.log_tail()}")
         time.sleep(0.05)
-    run.otlp_endpoint = json.loads(endpoint_file.read_text(encoding="utf-8"))["endpoint"]
+    run.otlp_endpoint = endpoint
     run.say(f"OTLP trace receiver: {run.otlp_endpoint} (OTLP/HTTP, protobuf or JSON)")
     if run.cfg.target:
         run.say(
             "  point the server's span exporter at it, e.g. vLLM: --otlp-traces-endpoint "
             f"{run.otlp_endpoint} with {PROTOCOL_ENV}=http/protobuf (docs/spans.md)"
         )
+
+
+def _endpoint(path: Path) -> str | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("endpoint")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def engine_flags(run: Run) -> list[str]:
