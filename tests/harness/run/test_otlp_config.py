@@ -57,3 +57,14 @@ def test_traceparent_is_w3c_with_a_fresh_trace_id_recorded():
     for rec, header in zip(recs, headers):
         assert re.fullmatch(r"00-([0-9a-f]{32})-[0-9a-f]{16}-01", header).group(1) == rec.trace_id
     assert len({r.trace_id for r in recs}) == 3
+
+
+def test_a_half_written_endpoint_file_is_not_read(tmp_path: Path):
+    from harness.run.otlp import _endpoint
+
+    path = tmp_path / "endpoint.json"
+    assert _endpoint(path) is None
+    path.write_text("")
+    assert _endpoint(path) is None  # the receiver had not finished writing it
+    path.write_text('{"endpoint": "http://127.0.0.1:1/v1/traces"}\n')
+    assert _endpoint(path) == "http://127.0.0.1:1/v1/traces"
