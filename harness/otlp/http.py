@@ -3,7 +3,8 @@ GET /status (the sink's counts, for `kvscope run`), on a stdlib threading HTTP s
 
 What a body may cost (every refusal is counted by `SpanSink.refuse` and answered with the
 status the OTLP spec gives non-retryable errors, so a well-behaved exporter does not resend):
-- a declared Content-Length over `max_body_bytes`: 413 "oversized", nothing read;
+- a declared Content-Length over `max_body_bytes`: 413 "oversized", nothing read (the
+  connection is closed; a client still sending may see that instead of the 413);
 - no Content-Length (chunked): 411, counted "malformed";
 - decompressed size over `max_body_bytes` (a gzip bomb): 413 "gzip_bomb", stopped while
   inflating (`exporter.inflate.CappedBody`: at most the cap plus one step in memory);
@@ -97,6 +98,12 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             self.server.slots.release()
 
+    def _discard(self, left: int) -> None:
+        """Read the rest of a refused body and drop it, so the client gets the answer
+        instead of a broken pipe while it is still sending."""
+        while left > 0 and (chunk := self.rfile.read(min(READ_CHUNK, left))):
+            left -= len(chunk)
+
     def _receive(self, length: int, media: str, cap: int) -> None:
         body = CappedBody(self.headers.get("Content-Encoding", ""), cap)
         left = length
@@ -107,6 +114,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
             left -= len(chunk)
             if body.feed(chunk) is not None:
+                self._discard(left)  # at most the cap on the wire, none of it kept
                 break  # finish() returns the error
         result = body.finish()
         if not isinstance(result, bytes):

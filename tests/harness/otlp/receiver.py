@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +42,8 @@ class Running:
                 return resp.status
         except urllib.error.HTTPError as exc:
             return exc.code
+        except (urllib.error.URLError, ConnectionError):
+            return 0  # the receiver closed the connection while the body was still being sent
 
     def spans(self) -> list[dict]:
         path = self.out / "spans.jsonl"

@@ -47,7 +47,7 @@ def test_hostile_bodies_are_counted_by_reason_and_the_receiver_stays_up(tmp_path
         assert r.post(b"\x0a\xff\xff\xff\xff\x0f garbage") == 400  # malformed protobuf
         assert r.post(b'{"resourceSpans": [{"scopeSpans": 7}]}', "application/json") == 400
         assert r.post(b"[" * 100_000 + b"]" * 100_000, "application/json") == 400  # nesting bomb
-        assert r.post(b"\0" * (cap + 1)) == 413  # oversized by Content-Length
+        assert r.post(b"\0" * (cap + 1)) in (413, 0)  # oversized by Content-Length: refused unread
         assert r.post(bomb_body, **{"Content-Encoding": "gzip"}) == 413
         assert r.post(PB, "text/plain") == 415
         assert r.post(PB) == 200  # still working after all of that
