@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -59,16 +60,22 @@ SIM_FLAGS = (
 )
 
 
-def sample_worker_cpu(proc: subprocess.Popen) -> list[tuple[float, float]]:
-    """(unix time, CPU seconds used so far by the run's Locust workers), every 0.5 s until
-    the run ends."""
+def is_locust_worker(cmd: str) -> bool:
+    return "locust" in cmd and "--worker" in cmd
+
+
+def sample_worker_cpu(
+    proc: subprocess.Popen, match: Callable[[str], bool] = is_locust_worker
+) -> list[tuple[float, float]]:
+    """(unix time, CPU seconds used so far by the run's children whose command line `match`es:
+    by default its Locust workers), every 0.5 s until the run ends."""
     used: dict[int, float] = {}
     samples: list[tuple[float, float]] = []
     while proc.poll() is None:
         try:
             for child in psutil.Process(proc.pid).children(recursive=True):
                 cmd = " ".join(child.cmdline())
-                if "locust" in cmd and "--worker" in cmd:
+                if match(cmd):
                     t = child.cpu_times()
                     used[child.pid] = t.user + t.system
         except psutil.Error:

@@ -111,6 +111,16 @@ BENCHES = (
         "benchmarks.sim_write_delay",
         120,
     ),
+    _script(
+        "otlp_overhead",
+        "Harness: client CPU per request with traceparent + OTLP receiver vs without (target <= 5%)",
+        "benchmarks/otlp_overhead.py",
+        420,
+        "--repeats",
+        "2",
+        "--duration",
+        "15s",
+    ),
     # Ten 20-second Locust runs by default; it gets what the rest of the budget leaves.
     _script(
         "harness_client_capacity",

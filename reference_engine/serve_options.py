@@ -88,6 +88,19 @@ class ServeOptions:
         "server process for profiling and debugging (default: %(default)s)",
     )
     access_log: bool = arg_field(False, "log one line per HTTP request")
+    # Per-request spans, as vLLM's flag of the same name (reference_engine/server/tracing.py).
+    otlp_traces_endpoint: str | None = arg_field(
+        None,
+        "export an OpenTelemetry span per request (vLLM's `llm_request`) to this OTLP endpoint: "
+        "host:port for gRPC (the default, as in vLLM; needs opentelemetry-exporter-otlp-proto-grpc), or "
+        "the full URL with /v1/traces when OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf",
+        metavar="URL",
+    )
+    no_kvscope_timing: bool = arg_field(
+        False,
+        "leave the 'kvscope' timing object out of final responses (and the x-kvscope-timing header), "
+        "so a client sees only what a production engine gives",
+    )
     log_level: LogLevel = arg_field("info", "(default: %(default)s)")
 
     def http_limits(self) -> HttpLimits:

@@ -22,6 +22,7 @@ from harness.analysis.join import analyse_join
 from harness.analysis.latency import analyse_latency, window_bounds
 from harness.analysis.selfcheck import self_check
 from harness.analysis.server import clip_to_window, summarise_server, timeline
+from harness.analysis.server_split import server_split
 from harness.analysis.slo import Slos, parse_slos
 from harness.analysis.stats import distribution
 from harness.bundle.jsonfile import json_safe, write_json
@@ -120,6 +121,8 @@ def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> di
         "preemption": joined.preemption.to_dict(),
         "client_server": joined.client_server.to_dict(),
         "selfcheck": check.to_dict(),
+        "server_split": server_split(b.requests, b.spans).to_dict(),
+        "spans": b.run.get("spans"),  # the receiver's counts and the join's (bundle.spans), or None
     }
     out["client"] = client_block(b.requests, out)
     out["headline"] = headline_figures(out)

@@ -10,6 +10,9 @@ Invariants:
 - A folder without run.json, requests.parquet or server.parquet, a file that does not
   parse, or request rows without the columns no analysis can do without, raises
   BundleError with a one-line message naming the file.
+- `spans` is spans.parquet when the run received server spans (empty otherwise); requests
+  whose stream carried no server timing take their `server_*` values from their joined span
+  (`bundle.spans.fill_from_spans`, `server_timing_source` "otlp:<format>").
 - Reading never mutates the folder.
 """
 
@@ -36,6 +39,7 @@ from harness.bundle.schema import (
     SUMMARY,
     TEXT_COLUMNS,
 )
+from harness.bundle.spans import SPANS, empty_spans, fill_from_spans
 
 _NUMERIC_REQUEST_COLUMNS = (
     "send_time_unix",
@@ -61,6 +65,7 @@ class Bundle:
     path: Path | None = None
     summary: dict[str, Any] | None = None
     client_log_warnings: list[str] = field(default_factory=list)
+    spans: pd.DataFrame = field(default_factory=empty_spans)  # spans.parquet (`bundle.spans`)
 
     @property
     def measured(self) -> pd.DataFrame:
@@ -127,13 +132,16 @@ def read_bundle(directory: str | Path, required: tuple[str, ...] = REQUIRED_FILE
     missing = [name for name in required if not (d / name).exists()]
     if missing:
         raise BundleError(f"{d} is not a complete results bundle: missing {', '.join(missing)}")
+    spans = _read_parquet(d / SPANS) if (d / SPANS).exists() else empty_spans()
+    requests = normalise_requests(_read_parquet(d / REQUESTS, REQUIRED_REQUEST_COLUMNS))
     return Bundle(
         read_json_object(d / RUN_JSON),
-        normalise_requests(_read_parquet(d / REQUESTS, REQUIRED_REQUEST_COLUMNS)),
+        fill_from_spans(requests, spans),
         normalise_server(_read_parquet(d / SERVER)),
         d,
         read_json_object(d / SUMMARY) if (d / SUMMARY).exists() else None,
         client_log_warnings(d),
+        spans,
     )
 
 

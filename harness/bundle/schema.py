@@ -43,8 +43,13 @@ def _arrow_type(hint: object) -> pa.DataType:
     return {str: pa.string(), float: pa.float64(), int: pa.int64(), bool: pa.bool_()}[hint]
 
 
-_HINTS = typing.get_type_hints(RequestRecord)
-REQUEST_SCHEMA = pa.schema([(f.name, _arrow_type(_HINTS[f.name])) for f in fields(RequestRecord)])
+def arrow_schema(cls: type) -> pa.Schema:
+    """One column per field of the dataclass `cls`, typed from its annotations."""
+    hints = typing.get_type_hints(cls)
+    return pa.schema([(f.name, _arrow_type(hints[f.name])) for f in fields(cls)])
+
+
+REQUEST_SCHEMA = arrow_schema(RequestRecord)
 REQUEST_COLUMNS: tuple[str, ...] = tuple(REQUEST_SCHEMA.names)
 
 SERVER_FIXED = pa.schema(

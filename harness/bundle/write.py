@@ -23,6 +23,7 @@ from exporter.quantities import HISTOGRAMS, QUANTITIES
 from harness.bundle.jsonfile import read_jsonl, write_json
 from harness.bundle.kv_events import write_kv_events
 from harness.bundle.schema import REQUEST_SCHEMA, REQUESTS, RUN_JSON, SERVER, SERVER_FIXED
+from harness.bundle.spans import write_spans
 
 
 def requests_table(records: list[dict]) -> pa.Table:
@@ -74,9 +75,14 @@ def versions() -> dict[str, str]:
 
 
 def write_bundle(out: Path, run_info: dict[str, Any], records_path: Path, exporter_dir: Path) -> None:
-    """Write run.json, requests.parquet, server.parquet and (with KV events) kv_events.parquet
-    into `out` (summary.json is the analysis's: `harness.analysis.summary.write_summary`)."""
-    pq.write_table(requests_table(read_jsonl(records_path)), out / REQUESTS)
+    """Write run.json, requests.parquet, server.parquet, (with KV events) kv_events.parquet
+    and (when the run received spans) spans.parquet into `out` (summary.json is the
+    analysis's: `harness.analysis.summary.write_summary`)."""
+    requests = requests_table(read_jsonl(records_path))
+    pq.write_table(requests, out / REQUESTS)
     server_frame(exporter_dir).to_parquet(out / SERVER, index=False)
     write_kv_events(out, exporter_dir)
+    spans = write_spans(out, requests.to_pandas())
+    if spans is not None:
+        run_info = {**run_info, "spans": spans}
     write_json(out / RUN_JSON, {**run_info, "versions": versions()})

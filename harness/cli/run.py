@@ -10,6 +10,7 @@ import argparse
 
 from exporter.units import host_port
 from harness.cli.load_flags import add_engine_flags, add_workload_options
+from harness.cli.otlp_flags import add_otlp_flags
 from harness.run.engine_flags import STARTUP_TIMEOUT_S
 from harness.run.outcome import DEFAULT_MAX_ERROR_RATE, EXIT_HELP
 from harness.workload.options import API_KEY_ENV, WORKLOADS
@@ -36,7 +37,9 @@ through their environment, never their command lines.
 The bundle (--out DIR): run.json (the configuration, the seed, how the run ended and its exit
 status, and the deployment facts with their source: the bundled engine's configuration, or
 what a --target stated), requests.parquet, server.parquet, summary.json, logs/, raw/ (records
-and exporter samples as JSON lines), locust/ (Locust's CSVs).
+and exporter samples as JSON lines), locust/ (Locust's CSVs); with --otlp also spans.parquet
+(the server's request spans, joined to the requests by the traceparent each one carries:
+docs/spans.md).
 Load it with harness.results.load(DIR).
 
 {EXIT_HELP}
@@ -166,6 +169,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p, "workload options (each workload uses some; see `locust -f loadtests/NAME.py --help`)"
     )
     add_engine_flags(p)
+    add_otlp_flags(p)
     p.set_defaults(func=_run)
 
 

@@ -59,6 +59,7 @@ class CommonOptions:
     request_timeout: float = REQUEST_TIMEOUT_S
     drain_timeout: float = DRAIN_TIMEOUT_S
     calibrate: bool = True
+    traceparent: bool = True
     warmup_s: float = 0.0
     records_out: str = ""
     status_out: str = ""
@@ -81,6 +82,7 @@ class CommonOptions:
             request_timeout=float(get("request_timeout", d.request_timeout)),
             drain_timeout=float(get("drain_timeout", d.drain_timeout)),
             calibrate=not get("no_calibrate", False),
+            traceparent=not get("no_traceparent", False),
             warmup_s=max(0.0, float(get("warmup_s", d.warmup_s) or 0.0)),
             records_out=get("records_out", "") or "",
             status_out=get("status_out", "") or "",

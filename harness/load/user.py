@@ -43,6 +43,7 @@ from harness.workload.prompts import seeded_text
 from harness.workload.record import RequestRecord, classify_exception, http_error_class
 from harness.workload.request_spec import PATHS, RequestSpec, body
 from harness.workload.sse import StreamState, consume, finish
+from harness.workload.trace_context import traceparent
 
 install(events)
 IDLE_WAIT_S = 0.25  # how often an idle (draining, schedule exhausted) user looks again
@@ -247,11 +248,14 @@ class LLMUser(FastHttpUser):
         if slot is not None:
             rec.scheduled_time_unix = slot.scheduled_unix
             rec.schedule_lag_s = rec.send_time_unix - slot.scheduled_unix
-        resp = self._post(rec, payload)
+        headers = self._headers
+        if self.ctx.opts.traceparent:  # a retry (below) sends the same one: only one reached the server
+            headers = {**headers, "traceparent": traceparent(rec)}
+        resp = self._post(rec, payload, headers)
         if not resp.status_code and closed_before_response(getattr(resp, "error", None)):
             rec.retries += 1  # a stale keep-alive connection: nothing reached the server
             drop_pooled_connections(self.client)
-            resp = self._post(rec, payload)
+            resp = self._post(rec, payload, headers)
         rec.status_code = status = resp.status_code or 0
         if status == 0:
             error = getattr(resp, "error", None) or ConnectionError("no response")
@@ -272,9 +276,9 @@ class LLMUser(FastHttpUser):
         if state.done:
             finish_body(resp.stream)  # after the timings are taken: only the connection's reuse waits
 
-    def _post(self, rec: RequestRecord, payload: bytes) -> Any:
+    def _post(self, rec: RequestRecord, payload: bytes, headers: dict[str, str]) -> Any:
         return self.client.request(
-            "POST", PATHS[rec.endpoint], data=payload, headers=self._headers, stream=True, catch_response=True
+            "POST", PATHS[rec.endpoint], data=payload, headers=headers, stream=True, catch_response=True
         )
 
     def _report(self, rec: RequestRecord) -> None:

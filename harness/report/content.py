@@ -15,6 +15,7 @@ from harness.advisor.record import Advice
 from harness.formatting import DASH, ms_cell, num, pct
 from harness.report.advice import advice_blocks
 from harness.report.document import Bullets, Document, Image, Para, Table
+from harness.report.server_timing import add_server_timing, source_sentence
 
 LATENCY_ROWS = (
     ("ttft", "TTFT"),
@@ -243,9 +244,10 @@ def run_document(
                     dist_row("TTFT, never preempted", cs["ttft_not_preempted"]),
                 ],
                 "per request, from the server's own timings; median queue share of TTFT "
-                f"{pct(cs['queue_share_of_ttft_median'])}",
+                f"{pct(cs['queue_share_of_ttft_median'])}. {source_sentence(s.get('server_split') or {})}",
             )
         )
+    add_server_timing(doc, s)
 
     err = s["errors"]
     sec = doc.section("Errors")

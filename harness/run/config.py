@@ -25,6 +25,7 @@ from harness.bundle.deployment_option import parse_deployment
 from harness.run.deployment import bundled_facts
 from harness.run.engine_flags import STARTUP_TIMEOUT_S, engine_argv
 from harness.run.kv_events import AUTO, for_target
+from harness.run.otlp_config import OtlpConfig, otlp_config
 from harness.run.outcome import DEFAULT_MAX_ERROR_RATE
 from harness.workload.options import (
     API_KEY_ENV,
@@ -82,6 +83,7 @@ class RunConfig:
     advise: bool = True
     # --kv-events: ["auto"] for the bundled engine, the server's endpoints with --target
     kv_events: list[str] = field(default_factory=list)
+    otlp: OtlpConfig | None = None  # --otlp: receive the server's request spans
 
     @property
     def open_loop(self) -> bool:
@@ -261,6 +263,10 @@ def from_args(args: argparse.Namespace) -> RunConfig:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     stated = deployment_statement(getattr(args, "deployment", None), target)
+    try:
+        otlp = otlp_config(args)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return RunConfig(
         workload=workload,
         target=target,
@@ -293,6 +299,7 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         fail_on_unreliable=bool(getattr(args, "fail_on_unreliable", False)),
         advise=not getattr(args, "no_advise", False),
         kv_events=kv_events(args, engine),
+        otlp=otlp,
     )
 
 

@@ -50,6 +50,20 @@ def print_summary(summary: dict, out: Path) -> None:
         f"server: peak KV usage {'-' if kv is None else f'{kv:.1%}'}, "
         f"preemptions {'-' if s.get('preemptions') is None else s['preemptions']}, "
         f"prefix hit ratio {'-' if hit is None else f'{hit:.1%}'}\n"
-        f"bundle: {out}",
+        + spans_line(summary.get("spans"))
+        + f"bundle: {out}",
         flush=True,  # before the stderr lines that follow, when both go to one pipe
+    )
+
+
+def spans_line(spans: dict | None) -> str:
+    """With --otlp: how many requests were joined to a server span ('' without)."""
+    if not spans:
+        return ""
+    join, receiver = spans.get("join") or {}, spans.get("receiver") or {}
+    refused = sum(v for k, v in receiver.items() if k.startswith("bodies_") and isinstance(v, int))
+    return (
+        f"spans: {join.get('joined', 0)} of {join.get('ok_traced', 0)} successful requests joined "
+        f"({join.get('missing', 0)} missing, {join.get('unknown_trace', 0)} unknown trace ids, "
+        f"{receiver.get('spans_late', 0)} late, {refused} bodies refused)\n"
     )

@@ -18,7 +18,7 @@ from reference_engine.engine_args import EngineArg, engine_args
 STARTUP_TIMEOUT_S = 300.0  # how long the bundled engine may take to answer /health (model load)
 RENAMED = {"--seed": "--engine-seed"}
 OWN_FLAGS = frozenset({"--model"})
-SERVER_FLAGS = frozenset({"--served-model-name"})
+SERVER_FLAGS = frozenset({"--served-model-name", "--no-kvscope-timing"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 
-from harness.run import kv_events, procs
+from harness.run import kv_events, otlp, procs
 from harness.run.commands import (
     child_env,
     connect_host,
@@ -68,6 +68,7 @@ def execute(cfg: RunConfig) -> int:
     previous = {sig: signal.signal(sig, run.on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
     failure: RunFailed | None = None
     try:
+        otlp.start_receiver(run)
         start_target(run)
         run.models = server_models(run.target_url)
         if cfg.target:
@@ -120,9 +121,9 @@ def start_target(run: Run) -> None:
         flags = [*flags, *extra]
     child = run.children["engine"] = procs.start(
         "engine",
-        engine_command(cfg.model, flags, port),
+        engine_command(cfg.model, flags + otlp.engine_flags(run), port),
         run.paths["logs"],
-        env=child_env(cfg.api_key),
+        env=otlp.engine_env(run, child_env(cfg.api_key)),
     )
     ok, reason = procs.wait_http(
         f"http://127.0.0.1:{port}/health",
@@ -265,6 +266,7 @@ def stop_all(run: Run) -> int | None:
         if name.startswith("worker"):
             child.wait(10.0)
             child.stop(signal.SIGTERM, timeout_s=5.0)
+    otlp.wait_for_spans(run)
     exporter = run.children.get("exporter")
     if exporter is not None:
         if exporter.running and run.exporter_ok:
@@ -273,6 +275,7 @@ def stop_all(run: Run) -> int | None:
     engine = run.children.get("engine")
     if engine is not None:
         engine.stop(signal.SIGTERM, timeout_s=20.0)
+    otlp.stop_receiver(run)
     return master_rc
 
 

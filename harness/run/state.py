@@ -39,6 +39,7 @@ class Run:
     started_unix: float = field(default_factory=time.time)
     target_answers: bool = True  # False: the target no longer answered after the load
     aborted_at: float | None = None  # monotonic time of the second Ctrl-C (stop at once)
+    otlp_endpoint: str | None = None  # the span receiver's URL, once it listens (`run.otlp`)
 
     @property
     def paths(self) -> dict[str, Path]:

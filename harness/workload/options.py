@@ -128,6 +128,13 @@ COMMON: tuple[Option, ...] = (
         "at the end, seconds to let in-flight requests finish (they are recorded; new ones are not sent)",
     ),
     Option(
+        "--no-traceparent",
+        None,
+        False,
+        "send no W3C traceparent header (by default every request carries one with a fresh trace id, "
+        "recorded as trace_id, so the server's OTLP span can be joined to it)",
+    ),
+    Option(
         "--no-calibrate",
         None,
         False,

@@ -16,6 +16,12 @@ columns freely, never rename or drop one. Invariants a record keeps:
   `kvscope` object, or llama.cpp's `timings` (`harness.workload.llamacpp_timings`: no queue
   time, so `server_queue_time_s` is NaN and `server_ttft_s` starts when a slot took the
   request).
+- `trace_id` is the W3C trace id (32 hex digits) of the `traceparent` header the request
+  was sent with (None with --no-traceparent); a server's OTLP span carries it back
+  (`harness.otlp`).
+- `server_timing_source` names where the `server_*` values came from: "kvscope" (the
+  reference engine's SSE object), "llamacpp" (its `timings`), or, filled in when the bundle
+  is read, "otlp:<format>" for a joined span (`harness.bundle.spans`); None without any.
 - `retries` is 1 when the request's pooled keep-alive connection turned out closed before
   any response byte and it was sent once more on a fresh connection; timings then include
   the failed attempt (a few ms), as a user of that client would see.
@@ -87,6 +93,8 @@ class RequestRecord:
     prompt_chunk_hashes: list[int] = field(default_factory=list)
     prompt_chunk_chars: list[int] = field(default_factory=list)
     prompt_chars: int | None = None
+    trace_id: str | None = None
+    server_timing_source: str | None = None
     retries: int = 0  # stale keep-alive connection: sent again on a fresh one (see the module doc)
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,6 +117,8 @@ class RequestRecord:
             value = timing.get(key)
             if isinstance(value, (int, float)):
                 setattr(self, "server_" + key, float(value))
+        source = timing.get("source")
+        self.server_timing_source = source if isinstance(source, str) else "kvscope"
         if isinstance(timing.get("arrival_unix"), (int, float)):
             self.server_arrival_unix = float(timing["arrival_unix"])
         for key in ("num_preemptions", "cached_prompt_tokens"):

@@ -78,6 +78,7 @@ class RequestStream:
     request_id: str
     queue: asyncio.Queue[tuple[float, list[Event]]] = field(default_factory=asyncio.Queue)
     produced: float = 0.0
+    outcome: Outcome | None = None  # set once every choice finished (the request's span needs it)
 
     async def next_events(self) -> list[Event]:
         """The next batch, and every batch queued behind it: a handler that fell behind the core

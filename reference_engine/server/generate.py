@@ -118,13 +118,19 @@ async def _generate(
         if isinstance(events[0], Failed):  # refused by the core
             raise events[0].error
         if req.stream:
-            return await stream_sse(request, gen, stream, events[1:])
-        return await _collect(gen, stream, events[1:])
+            response = await stream_sse(request, gen, stream, events[1:])
+        else:
+            response = await _collect(gen, stream, events[1:], state.config.timing_object)
+        if state.config.tracer is not None and stream.outcome is not None:
+            state.config.tracer.emit(request.headers, gen.rid, req.params, stream.outcome)
+        return response
     finally:
         state.engine.release(stream)
 
 
-async def _collect(gen: Generation, stream: RequestStream, events: list[Event]) -> web.Response:
+async def _collect(
+    gen: Generation, stream: RequestStream, events: list[Event], timing_object: bool
+) -> web.Response:
     n = gen.req.params.n
     texts = [""] * n
     token_ids: list[list[int]] = [[] for _ in range(n)]
@@ -144,6 +150,9 @@ async def _collect(gen: Generation, stream: RequestStream, events: list[Event]) 
                 raise event.error
             elif isinstance(event, Outcome):
                 body = _final_body(gen, texts, token_ids, logprobs, reasons, event)
+                if not timing_object:
+                    del body["kvscope"]
+                    return web.json_response(body)
                 return web.json_response(body, headers={HEADER: event.timing.header_value()})
         events = await stream.next_events()
 

@@ -156,7 +156,8 @@ class OutputProcessor:
         if not state.released:
             state.events.append(Delta(out.index, out.new_token_ids, text, out.new_logprobs or [], reason))
             if state.num_finished == len(state.choices):
-                state.events.append(self._outcome(state))
+                state.stream.outcome = outcome = self._outcome(state)
+                state.events.append(outcome)
         return True
 
     @staticmethod

@@ -61,16 +61,33 @@ def run_serve(args: argparse.Namespace) -> int:
         config = engine_config_from_args(args)
         spec = simulator_config_from_args(args)
         config.validate()
+        tracer = request_tracer(options.otlp_traces_endpoint)
         client, tokenizer = open_core(CoreLaunch(config, spec), options.engine_core)
     except (OSError, ValueError, ModelLoadError) as exc:
         print(f"kvscope engine serve: error: {exc}", file=sys.stderr)
         return 2
     name = options.served_model_name or (spec.model if spec is not None else config.model)
-    app = create_app(client, tokenizer, ServerConfig(name, api_key=api_key))
-    warn_if_few_file_descriptors(limits.max_connections)
-    return asyncio.run(
-        serve(app, options.host, options.port, options.shutdown_grace, options.access_log, limits)
+    server_config = ServerConfig(
+        name, api_key=api_key, timing_object=not options.no_kvscope_timing, tracer=tracer
     )
+    app = create_app(client, tokenizer, server_config)
+    warn_if_few_file_descriptors(limits.max_connections)
+    try:
+        return asyncio.run(
+            serve(app, options.host, options.port, options.shutdown_grace, options.access_log, limits)
+        )
+    finally:
+        if tracer is not None:
+            tracer.shutdown()  # the spans still queued in the SDK leave now
+
+
+def request_tracer(endpoint: str | None):
+    """The span exporter for --otlp-traces-endpoint (None without it); ValueError when it cannot be made."""
+    if not endpoint:
+        return None
+    from reference_engine.server.tracing import RequestTracer
+
+    return RequestTracer(endpoint)
 
 
 def open_core(launch, mode: str):

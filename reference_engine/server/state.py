@@ -27,6 +27,9 @@ class ServerConfig:
     model_source: str = ""
     api_key: str | None = None
     max_body_bytes: int = 8 << 20
+    # False: final responses carry no `kvscope` timing object (--no-kvscope-timing).
+    timing_object: bool = True
+    tracer: Any = None  # server.tracing.RequestTracer with --otlp-traces-endpoint
 
 
 @dataclass(slots=True)

@@ -94,6 +94,7 @@ async def stream_sse(
     builder = _ChunkBuilder(gen)
     include_usage = gen.req.include_usage
     metrics = request.app[STATE].metrics
+    timing_object = request.app[STATE].config.timing_object
     try:
         while True:
             chunks: list[dict] = []
@@ -114,7 +115,8 @@ async def stream_sse(
                         )
                         if not include_usage:
                             del chunks[-1]["usage"]
-                    chunks[-1]["kvscope"] = event.timing.as_dict()
+                    if timing_object:
+                        chunks[-1]["kvscope"] = event.timing.as_dict()
                 elif isinstance(event, Failed):
                     done = True
                     chunks.append(event.error.body())
