@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from reference_engine.admission import AdmissionLimits, check_admission
-from reference_engine.config import AllocatorMode
+from reference_engine.config import AllocatorMode, EngineConfig
 from reference_engine.detokenizer import IncrementalDetokenizer
 from reference_engine.engine_stats import EngineStats
 from reference_engine.kv_events.config import KVEventsConfig
@@ -358,3 +358,34 @@ class LLMEngine:
                 GenerationResult(rid, seqs[0].prompt_token_ids, seqs, texts, group.prompt_logprobs)
             )
         return results
+
+
+def engine_from_config(
+    config: EngineConfig,
+    executor: Executor,
+    tokenizer: Tokenizer,
+    num_blocks: int,
+    max_model_len: int,
+    vocab_size: int,
+    detokenize: bool = True,
+) -> LLMEngine:
+    """An engine with `config`'s scheduler, cache and KV-event settings over `executor` (a
+    model's or the simulator's), on a pool of `num_blocks` already sized for it."""
+    eos = tuple(tokenizer.eos_token_ids)
+    return LLMEngine(
+        executor=executor,
+        tokenizer=tokenizer,
+        num_blocks=num_blocks,
+        block_size=config.block_size,
+        max_model_len=max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        enable_prefix_caching=config.enable_prefix_caching,
+        allocator=config.allocator,
+        watermark=config.watermark,
+        eos_token_ids=eos,
+        vocab_size=vocab_size,
+        detokenize=detokenize,
+        kv_events=config.kv_events(),
+        kv_cache_metrics_sample=config.residency_sample_rate,
+    )

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from reference_engine.config import ConfigError, EngineConfig
-from reference_engine.engine import LLMEngine
+from reference_engine.engine import LLMEngine, engine_from_config
 from reference_engine.model.registry import LoadedModel, load_model
 from reference_engine.model_dtype import resolve_model_dtype
 
@@ -97,22 +97,9 @@ def build_engine(
     )
     runner = ModelRunner(loaded, caches, config.block_size, backend)
     eos = tuple(loaded.tokenizer.eos_token_ids)
-    engine = LLMEngine(
-        executor=ModelExecutor(runner, eos),
-        tokenizer=loaded.tokenizer,
-        num_blocks=num_blocks,
-        block_size=config.block_size,
-        max_model_len=max_model_len,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        enable_prefix_caching=config.enable_prefix_caching,
-        allocator=config.allocator,
-        watermark=config.watermark,
-        eos_token_ids=eos,
-        vocab_size=mc.vocab_size,
-        detokenize=detokenize,
-        kv_events=config.kv_events(),
-        kv_cache_metrics_sample=config.residency_sample_rate,
+    executor = ModelExecutor(runner, eos)
+    engine = engine_from_config(
+        config, executor, loaded.tokenizer, num_blocks, max_model_len, mc.vocab_size, detokenize
     )
     return BuiltEngine(
         engine, loaded, config.model, max_model_len, num_blocks, config.kv_cache_dtype, bytes_per_block

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from reference_engine.catalogue import CatalogueError, get_gpu, get_model
 from reference_engine.config import ConfigError, EngineConfig
-from reference_engine.engine import LLMEngine
+from reference_engine.engine import LLMEngine, engine_from_config
 from reference_engine.sim.cost_model import CostModel, StepTimeModel, simulated_num_blocks
 from reference_engine.sim.executor import SimExecutor
 from reference_engine.sim.spec import SimSpec
@@ -109,23 +109,8 @@ def build_sim_engine(
         raise ConfigError(f"{model.name} on {gpu.name} leaves {num_blocks} KV blocks; at least 2 are needed")
     tokenizer = tokenizer or load_sim_tokenizer()
     executor = SimExecutor(step_cost or cost, vocab or word_vocabulary(tokenizer), sleep=sleep)
-    eos = tuple(tokenizer.eos_token_ids)
-    engine = LLMEngine(
-        executor=executor,
-        tokenizer=tokenizer,
-        num_blocks=num_blocks,
-        block_size=config.block_size,
-        max_model_len=max_model_len,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        enable_prefix_caching=config.enable_prefix_caching,
-        allocator=config.allocator,
-        watermark=config.watermark,
-        eos_token_ids=eos,
-        vocab_size=tokenizer.vocab_size,
-        detokenize=detokenize,
-        kv_events=config.kv_events(),
-        kv_cache_metrics_sample=config.residency_sample_rate,
+    engine = engine_from_config(
+        config, executor, tokenizer, num_blocks, max_model_len, tokenizer.vocab_size, detokenize
     )
     return SimEngine(
         engine, executor, tokenizer, model.name, max_model_len, num_blocks, config.kv_cache_dtype, cost
