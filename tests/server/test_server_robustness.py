@@ -59,8 +59,9 @@ async def _stream_then_leave(url: str, body: dict, events_before_leaving: int) -
 
 def test_disconnect_mid_stream_frees_blocks_at_once(roomy, monkeypatch):
     """The abort reaches the core process, which frees the blocks before its next step: the
-    first statistics record showing them free is at most one step after the last record the
-    server had when it sent the abort (one step may have been running when it arrived)."""
+    first statistics record showing them free is at most two steps after the last record the
+    server had when it sent the abort (the core may have finished one step whose record was
+    still on its way to the server, and be running the next when the abort arrives)."""
     engine = roomy.state.engine
     steps_when_sent: list[int] = []
     send = engine.client.send
@@ -78,7 +79,7 @@ def test_disconnect_mid_stream_frees_blocks_at_once(roomy, monkeypatch):
     while not all_blocks_free(roomy) and time.monotonic() < deadline:
         time.sleep(0.001)
     assert all_blocks_free(roomy) and len(steps_when_sent) == 1
-    assert engine.stats.steps - steps_when_sent[0] <= 1, (steps_when_sent, engine.stats.steps)
+    assert engine.stats.steps - steps_when_sent[0] <= 2, (steps_when_sent, engine.stats.steps)
     wait_idle(roomy, timeout=10)
     assert metric(roomy, "vllm:kv_cache_usage_perc") == 0.0
     assert metric(roomy, "vllm:num_requests_running") == 0.0
