@@ -7,4 +7,8 @@ export TRITON_INTERPRET=1
 # Servers, clients and the test process share the cores; one torch thread each avoids
 # OpenMP threads spinning against one another (see EngineConfig.num_threads).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-exec .venv/bin/python -m pytest "$@"
+# Two test processes, one per core of the CI machine: most tests wait on servers and Locust
+# runs they start, so two at once take ~16 min where one took ~27. Whole files go to one
+# process (--dist loadfile), so module-scoped servers and runs are built once. Pass -n 0 to
+# run in one process.
+exec .venv/bin/python -m pytest -n "${KVSCOPE_TEST_PROCESSES:-2}" --dist loadfile "$@"
