@@ -82,7 +82,11 @@ def test_the_bundle_records_the_block_level_series(bundle) -> None:
 def test_add_memory_is_sized_by_the_curve_and_verified_by_replay(bundle) -> None:
     advice = json.loads((bundle / "advice.json").read_text())
     (verdict,) = [v for v in advice["verdicts"] if v["title"].endswith("for prefix reuse")]
-    assert verdict["action"] == "add_memory" and verdict["verified"], verdict
+    # The replay shows the gain; "verified" also needs the unchanged replay to match the run's
+    # own TTFT p99 within 25%, which a run slowed by a busy machine can miss: then the verdict
+    # must say "indicative" and why, never "verified".
+    assert verdict["action"] == "add_memory" and verdict["replay"]["verified"] is not None, verdict
+    assert verdict["status"] == "verified" or (verdict["status"] == "indicative" and verdict["status_reason"])
     p = verdict["projected"]
     assert p["hit_ratio"] > p["hit_ratio_before"] and p["prefill_tokens_saved_per_second"] > 0
     assert p["pool_blocks"] == 48 + p["extra_blocks"]
