@@ -63,6 +63,15 @@ def verdicts(advice: dict) -> dict[str, bool]:
     return {v["action"]: v["verified"] for v in advice["verdicts"]}
 
 
+def shown(advice: dict) -> dict[str, bool]:
+    """Whether each action's replay showed the gain. "Verified" adds that the unchanged replay
+    reproduced this run within tolerance, which the load on the test machine can spoil for one
+    run and not the other; then the verdict must say "indicative" and why."""
+    for v in advice["verdicts"]:
+        assert v["status"] != "indicative" or v["status_reason"], v
+    return {v["action"]: v["status"] in ("verified", "indicative") for v in advice["verdicts"]}
+
+
 def test_without_deployment_nothing_unstated_is_assumed_and_the_advice_says_what_to_pass(runs):
     bundle, advice = runs["bare"]
     assert advice["diagnosis"]["kv_pressure"] and advice["diagnosis"]["preemptions"] > 0
@@ -92,5 +101,5 @@ def test_a_matching_deployment_gives_the_bundled_simulators_verdicts(runs):
     assert engine_facts["num_blocks"] == {"value": 400, "source": "server (vllm /metrics)"}
     assert bundle.run["deployment"]["catalogue"]["gpu"]["source"] == "user (--deployment)"
     assert stated["missing_facts"] == []
-    assert verdicts(stated) == verdicts(bundled)
-    assert {"quantize_kv_cache", "add_memory"} <= set(verdicts(bundled)) and all(verdicts(bundled).values())
+    assert shown(stated) == shown(bundled)
+    assert {"quantize_kv_cache", "add_memory"} <= set(shown(bundled)) and all(shown(bundled).values())
