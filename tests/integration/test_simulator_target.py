@@ -74,7 +74,9 @@ def shown(advice: dict) -> dict[str, bool]:
 
 def test_without_deployment_nothing_unstated_is_assumed_and_the_advice_says_what_to_pass(runs):
     bundle, advice = runs["bare"]
-    assert advice["diagnosis"]["kv_pressure"] and advice["diagnosis"]["preemptions"] > 0
+    # Pressure, from preemption or from requests queueing on a full pool: which of the two
+    # depends on how arrivals fall, and a loaded machine can keep the run from preempting.
+    assert advice["diagnosis"]["kv_pressure"]
     facts = bundle.run["deployment"]
     assert "max_num_seqs" not in facts["engine"] and facts["catalogue"] == {}
     assert {f["source"] for f in facts["engine"].values()} <= {
