@@ -25,8 +25,9 @@ AttentionBackendName = Literal["auto", "torch", "triton"]
 ModelDType = Literal["float32", "float16", "bfloat16"]
 # auto: bfloat16 where it is computed natively, float32 elsewhere (reference_engine.model_dtype).
 ModelDTypeSetting = Literal["auto", "float32", "float16", "bfloat16"]
-# int8: weight-only, one scale per output channel; activations keep their float dtype.
-Quantization = Literal["int8"]
+# Weight-only formats; activations keep the model's float dtype. int8: one scale per output
+# channel. fp16: float16 weights on fbgemm's fp16 GEMM (CPU only).
+Quantization = Literal["int8", "fp16"]
 
 ALLOCATORS: tuple[AllocatorMode, ...] = get_args(AllocatorMode)
 KV_CACHE_DTYPES: tuple[KVCacheDType, ...] = get_args(KVCacheDType)
@@ -96,8 +97,10 @@ class EngineConfig:
     )
     quantization: Quantization | None = arg_field(
         None,
-        "int8: weight-only int8 with one scale per output channel (torch's int8 weight-pack matmul, "
-        "bfloat16 activations at each projection), a quarter of float32's weight bytes (default: none)",
+        "weight-only format. int8: one scale per output channel (torch's int8 weight-pack matmul, "
+        "bfloat16 activations at each projection), a quarter of float32's weight bytes; fp16: "
+        "float16 projections and logits head on fbgemm's fp16 GEMM with float32 activations, half "
+        "the bytes, the fast choice on AVX2 CPUs without native bf16 (CPU only) (default: none)",
     )
     device: str = arg_field("cpu", "torch device (default: %(default)s)")
     seed: int = arg_field(0, "seed for tiny-random weights (default: %(default)s)")
@@ -145,6 +148,8 @@ class EngineConfig:
             raise ConfigError(
                 f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}"
             )
+        if self.quantization == "fp16" and not self.device.startswith("cpu"):
+            raise ConfigError(f"quantization fp16 runs on the CPU (fbgemm), not on {self.device}")
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError(f"watermark must be in [0, 1), got {self.watermark}")
         if not 0.0 < self.kv_cache_metrics_sample <= 1.0:

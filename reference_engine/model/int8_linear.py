@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from reference_engine.model.projections import replace_projections
+
 INT8_MAX = 127
 KERNEL_DTYPE = torch.bfloat16
 
@@ -46,14 +48,11 @@ class Int8Linear(nn.Module):
 
 
 def quantize_model_int8(model: nn.Module) -> None:
-    """Replace every projection of the decoder layers with an `Int8Linear`.
+    """Every projection of the decoder layers as an `Int8Linear` (q/k/v and gate/up fused:
+    `reference_engine.model.projections`).
 
     The logits head (SmolLM2's tied embedding) stays in the model's dtype, as vLLM's weight
     quantization methods leave lm_head alone: the kernel's output is bfloat16, and logits
     rounded to 8 mantissa bits would blur the logprobs that scoring and sampling read.
     """
-    for layer in model.model.layers:
-        for parent in (layer.self_attn, layer.mlp):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear):
-                    setattr(parent, name, Int8Linear(child.weight))
+    replace_projections(model, Int8Linear)

@@ -103,12 +103,22 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=False)
+        # One projection for q, k and v together, when a weight format fuses them (int8:
+        # one activation quantization and one kernel call instead of three).
+        self.qkv_proj: nn.Module | None = None
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.qkv_proj is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        kv = self.num_kv_heads * self.head_dim
+        return self.qkv_proj(x).split((self.num_heads * self.head_dim, kv, kv), dim=-1)
 
     def forward(self, x, cos, sin, cache: LayerKVCache, meta: AttentionMetadata, backend: AttentionBackend):
         t = x.shape[0]
-        q = apply_rope(self.q_proj(x).view(t, self.num_heads, self.head_dim), cos, sin)
-        k = apply_rope(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim), cos, sin)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q, k, v = self.project_qkv(x)
+        q = apply_rope(q.reshape(t, self.num_heads, self.head_dim), cos, sin)
+        k = apply_rope(k.reshape(t, self.num_kv_heads, self.head_dim), cos, sin)
+        v = v.reshape(t, self.num_kv_heads, self.head_dim)
         # Write first: this step's own keys are part of the context its queries attend to.
         backend.write_kv(k, v, cache, meta.slot_mapping)
         out = backend.attention(q, cache, meta, self.scale)
@@ -121,9 +131,14 @@ class LlamaMLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_up_proj: nn.Module | None = None  # gate and up fused, as qkv_proj above
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_proj is None:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        else:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(nn.functional.silu(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -163,6 +178,8 @@ class LlamaForCausalLM(nn.Module):
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
+        # The logits projection, when a weight format holds it apart from the embedding.
+        self.logits_head: nn.Module | None = None
 
     def forward(
         self,
@@ -183,6 +200,8 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits `[N, vocab]` in fp32 (sampling and logprobs want full precision)."""
+        if self.logits_head is not None:
+            return self.logits_head(hidden).float()
         weight = self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
         return (hidden @ weight.t()).float()
 

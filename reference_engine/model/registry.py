@@ -71,7 +71,8 @@ def load_model(
 
     `dtype` is a model dtype (float32, bfloat16, float16; not `auto`: resolve that first, see
     `reference_engine.model_dtype`). `quantization="int8"` then makes the decoder's projections
-    weight-only int8 (`reference_engine.model.int8_linear`). `seed` only matters for
+    weight-only int8 (`reference_engine.model.int8_linear`), `"fp16"` the projections and the
+    logits head float16 (`reference_engine.model.fp16_linear`). `seed` only matters for
     `tiny-random`. Every failure is a ModelLoadError naming the source and the problem.
     """
     loaded = _load(name_or_path, dtype, device, seed)
@@ -81,8 +82,13 @@ def load_model(
         quantize_model_int8(loaded.model)
         kernel = str(KERNEL_DTYPE).removeprefix("torch.")
         loaded.weights = f"int8 per-channel projections ({kernel} there), {loaded.dtype_name} elsewhere"
+    elif quantization == "fp16":
+        from reference_engine.model.fp16_linear import KERNEL, quantize_model_fp16
+
+        quantize_model_fp16(loaded.model)
+        loaded.weights = f"float16 projections and logits head ({KERNEL}), {loaded.dtype_name} elsewhere"
     elif quantization is not None:
-        raise ModelLoadError(f"unsupported quantization {quantization!r} (supported: int8)")
+        raise ModelLoadError(f"unsupported quantization {quantization!r} (supported: int8, fp16)")
     return loaded
 
 

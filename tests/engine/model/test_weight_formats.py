@@ -8,6 +8,7 @@ import torch
 
 from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.engine_factory import build_engine
+from reference_engine.model.fp16_linear import Fp16Linear
 from reference_engine.model.int8_linear import Int8Linear, quantize_per_channel
 from reference_engine.model.registry import load_model
 from reference_engine.model_dtype import cpu_flags, resolve_model_dtype
@@ -51,10 +52,45 @@ def test_int8_per_channel_error_is_bounded_by_half_a_step_per_weight():
 def test_int8_model_replaces_every_projection_and_keeps_the_logits_head():
     loaded = load_model("tiny-random", "float32", quantization="int8")
     layer = loaded.model.model.layers[0]
-    for proj in (layer.self_attn.q_proj, layer.self_attn.o_proj, layer.mlp.down_proj):
+    for proj in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
         assert isinstance(proj, Int8Linear)
+    assert not hasattr(layer.self_attn, "q_proj") and not hasattr(layer.mlp, "up_proj")
     assert loaded.dtype == torch.float32 and loaded.describe_weights().startswith("int8")
     assert loaded.model.model.embed_tokens.weight.dtype == torch.float32
+    assert loaded.model.logits_head is None
+
+
+def test_fp16_projection_rounds_only_the_weights_to_float16():
+    torch.manual_seed(0)
+    weight = torch.randn(96, 64) * torch.logspace(-3, 1, 96)[:, None]
+    x = torch.randn(7, 64)
+    out = Fp16Linear(weight)(x)
+    assert out.dtype == torch.float32 and out.shape == (7, 96)
+    # The same products on float16-rounded weights in float32: only summation order differs.
+    rounded = x @ weight.half().float().t()
+    assert torch.allclose(out, rounded, rtol=1e-4, atol=1e-5)
+    exact = x @ weight.t()
+    rel = (out - exact).norm() / exact.norm()
+    assert 0 < rel < 2**-10, rel  # float16 keeps 11 significant bits of each weight
+    assert torch.equal(Fp16Linear(weight)(x), out)  # the same weights, the same result
+    with pytest.raises(ValueError, match="CPU"):
+        Fp16Linear(weight.to("meta"))
+
+
+def test_fp16_model_fuses_the_projections_and_holds_the_logits_head_apart():
+    fp32 = load_model("tiny-random", "float32")
+    loaded = load_model("tiny-random", "float32", quantization="fp16")
+    layer = loaded.model.model.layers[0]
+    for proj in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
+        assert isinstance(proj, Fp16Linear)
+    assert isinstance(loaded.model.logits_head, Fp16Linear)
+    assert loaded.describe_weights().startswith("float16 projections")
+    hidden = torch.randn(3, fp32.config.hidden_size)
+    exact, cheap = fp32.model.compute_logits(hidden), loaded.model.compute_logits(hidden)
+    rel = (cheap - exact).norm() / exact.norm()
+    assert cheap.dtype == torch.float32 and 0 < rel < 2**-9, rel
+    with pytest.raises(ConfigError, match="CPU"):
+        EngineConfig(model="tiny-random", quantization="fp16", device="cuda:0").validate()
 
 
 def test_a_preloaded_model_must_match_the_asked_dtype():
