@@ -44,9 +44,12 @@ def copy_bandwidth(repeats: int = 5) -> Bandwidth:
 
 
 def module_bytes(model) -> int:
-    """Bytes of every parameter and buffer a forward pass reads (int8 weights, scales, norms)."""
+    """Bytes of every parameter and buffer a forward pass reads (int8 weights, scales, norms),
+    and of weights packed for a kernel (fp16's fbgemm layout), which modules state as
+    `packed_bytes`."""
     tensors = list(model.parameters()) + [b for name, b in model.named_buffers() if name != "inv_freq"]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    packed = sum(getattr(m, "packed_bytes", 0) for m in model.modules())
+    return sum(t.numel() * t.element_size() for t in tensors) + packed
 
 
 def weight_bytes_per_step(model, batch: int) -> int:
@@ -56,7 +59,8 @@ def weight_bytes_per_step(model, batch: int) -> int:
     embed = model.model.embed_tokens.weight
     table = embed.numel() * embed.element_size()
     rows = batch * embed.shape[1] * embed.element_size()
-    head = table if model.config.tie_word_embeddings else 0
+    # A tied table is also the head, read whole, unless a weight format holds the head apart.
+    head = table if model.config.tie_word_embeddings and model.logits_head is None else 0
     return module_bytes(model) - table + rows + head
 
 

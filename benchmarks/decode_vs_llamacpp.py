@@ -2,7 +2,7 @@
 one invocation, on the same GGUF file (Q4_1; kvscope dequantises it, llama.cpp computes on it).
 
 Usage: python -m benchmarks.decode_vs_llamacpp [--streams 1,4,16,32] [--tokens 32] [--rounds 1]
-                                               [--formats float32,int8]
+                                               [--formats float32,fp16]
 
 For each number of concurrent streams N, measured in turn (rounds alternate, best round kept):
 - llama.cpp: `llama-server -t 1 -tb 1 -np N` (explicit slots: see docs/reference/llamacpp-server.md),
@@ -33,6 +33,7 @@ from benchmarks.stream_client import Child, decode_rate, run_streams
 from harness.run.procs import free_port, wait_http
 
 PROMPT_TOKENS = 12
+WEIGHT_ONLY = ("int8", "fp16")  # `--quantization` formats; float32 is the plain model dtype
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -82,7 +83,7 @@ class LlamaServer:
 
 
 def kvscope_server(fmt: str, max_streams: int, tokens: int) -> Child:
-    quant = ["--quantization", "int8"] if fmt == "int8" else []
+    quant = ["--quantization", fmt] if fmt in WEIGHT_ONLY else []
     blocks = 1 + max_streams * -(-(PROMPT_TOKENS + tokens + 16) // 16)
     argv = [
         sys.executable,
@@ -158,7 +159,7 @@ def measure(streams: list[int], tokens: int, rounds: int, formats: list[str]) ->
 
     gguf = smollm2_gguf_path()
     loaded = {
-        f: load_model("smollm2-135m", "float32", quantization=f if f == "int8" else None) for f in formats
+        f: load_model("smollm2-135m", "float32", quantization=f if f in WEIGHT_ONLY else None) for f in formats
     }
     tokenizer = loaded[formats[0]].tokenizer
     binary = llama_server_binary()
@@ -289,7 +290,9 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=1, help="alternating rounds, best kept (default: %(default)s)"
     )
-    ap.add_argument("--formats", default="float32,int8", help="kvscope weight formats (float32, int8)")
+    ap.add_argument(
+        "--formats", default="float32,fp16", help="kvscope weight formats: float32, int8, fp16 (default: %(default)s)"
+    )
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
     streams = [int(s) for s in args.streams.split(",")]

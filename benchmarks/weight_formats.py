@@ -1,6 +1,9 @@
 """What each weight format costs per decode step on this CPU, one thread: SmolLM2-135M's
 decoder projections (30 layers x q, k, v, o, gate, up, down) and its tied logits head, as
-float32, bfloat16 and weight-only int8 (`aten._weight_int8pack_mm`), at batch 1 and 16.
+float32, bfloat16, weight-only int8 (`aten._weight_int8pack_mm`) and weight-only float16
+(fbgemm's fp16 GEMM, `--quantization fp16`), at batch 1 and 16. Each format runs the shapes
+the engine runs it with: the cheaper formats fuse q/k/v and gate/up
+(`reference_engine.model.projections`).
 
 Usage: python -m benchmarks.weight_formats [--batches 1,16] [--repeats 5]
 
@@ -17,22 +20,29 @@ import time
 
 import torch
 
+from reference_engine.model.fp16_linear import Fp16Linear
 from reference_engine.model.int8_linear import Int8Linear
 from reference_engine.model_dtype import NATIVE_BF16_CPU_FLAGS, cpu_flags, resolve_model_dtype
 
 HIDDEN, INTER, KV, LAYERS, VOCAB = 576, 1536, 192, 30, 49152
 SHAPES = [(HIDDEN, HIDDEN), (KV, HIDDEN), (KV, HIDDEN), (HIDDEN, HIDDEN), (INTER, HIDDEN), (INTER, HIDDEN)]
 SHAPES.append((HIDDEN, INTER))
+FUSED = [(HIDDEN + 2 * KV, HIDDEN), (HIDDEN, HIDDEN), (2 * INTER, HIDDEN), (HIDDEN, INTER)]
+PACKED = {"int8": Int8Linear, "fp16": Fp16Linear}
+
+
+def shapes(fmt: str) -> list[tuple[int, int]]:
+    return FUSED if fmt in PACKED else SHAPES
 
 
 def projections(fmt: str) -> list[torch.nn.Module]:
     gen = torch.Generator().manual_seed(0)
     out = []
     for _ in range(LAYERS):
-        for rows, cols in SHAPES:
+        for rows, cols in shapes(fmt):
             weight = torch.randn(rows, cols, generator=gen) * 0.02
-            if fmt == "int8":
-                out.append(Int8Linear(weight))
+            if fmt in PACKED:
+                out.append(PACKED[fmt](weight))
             else:
                 linear = torch.nn.Linear(cols, rows, bias=False)
                 linear.weight.data = weight.to(getattr(torch, fmt))
@@ -59,21 +69,22 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     head = torch.randn(VOCAB, HIDDEN) * 0.02
     rows = []
-    for fmt in ("float32", "bfloat16", "int8"):
+    for fmt in ("float32", "bfloat16", "int8", "fp16"):
         mods = projections(fmt)
         act = torch.bfloat16 if fmt == "bfloat16" else torch.float32
-        head_w = head.to(act)  # the logits head stays in the model dtype under int8 too
+        head_w = head.to(act)  # the logits head stays in the model dtype under int8
+        head_mod = Fp16Linear(head) if fmt == "fp16" else (lambda x, head_w=head_w: x @ head_w.t())
         for batch in batches:
             xs = {HIDDEN: torch.randn(batch, HIDDEN).to(act), INTER: torch.randn(batch, INTER).to(act)}
 
             def layers(mods=mods, xs=xs):
                 with torch.inference_mode():
-                    for mod, (_, cols) in zip(mods, SHAPES * LAYERS):
+                    for mod, (_, cols) in zip(mods, shapes(fmt) * LAYERS):
                         mod(xs[cols])
 
-            def logits(xs=xs, head_w=head_w):
+            def logits(xs=xs, head_mod=head_mod):
                 with torch.inference_mode():
-                    xs[HIDDEN] @ head_w.t()
+                    head_mod(xs[HIDDEN])
 
             rows.append((fmt, batch, best_ms(layers, args.repeats), best_ms(logits, args.repeats)))
     flags = cpu_flags()
@@ -90,7 +101,8 @@ def main() -> None:
         print(f"| {fmt} | {batch} | {proj:.1f} | {head_ms:.1f} | {total:.1f} | {base[batch] / total:.2f}x |")
     print(
         "\nint8 is weight-only (one scale per output channel; the kernel takes bfloat16 activations); its "
-        "logits head stays float32, as the engine keeps it."
+        "logits head stays float32, as the engine keeps it. fp16 holds the projections and the logits "
+        "head in float16 and computes in float32 (fbgemm); int8 and fp16 run fused q/k/v and gate/up."
     )
 
 

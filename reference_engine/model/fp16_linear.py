@@ -34,7 +34,7 @@ class Fp16Linear(nn.Module):
         # fbgemm packs (and rounds) float32 weights itself; float16 ones are widened first.
         self._packed = torch.ops.quantized.linear_prepack_fp16(weight.float(), None)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
-        self.weight_bytes = weight.numel() * 2
+        self.packed_bytes = weight.numel() * 2  # not a tensor of the module: bandwidth accounting reads it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).float()
