@@ -65,7 +65,7 @@ BENCHES = (
     ),
     _module(
         "weight_formats",
-        "Weight dtypes on this CPU: float32, bfloat16, weight-only int8 (what --dtype auto picks)",
+        "Weight dtypes on this CPU: float32, bfloat16, weight-only int8 and fp16 (what --dtype auto picks)",
         "benchmarks.weight_formats",
         90,
     ),
