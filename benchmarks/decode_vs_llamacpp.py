@@ -159,7 +159,8 @@ def measure(streams: list[int], tokens: int, rounds: int, formats: list[str]) ->
 
     gguf = smollm2_gguf_path()
     loaded = {
-        f: load_model("smollm2-135m", "float32", quantization=f if f in WEIGHT_ONLY else None) for f in formats
+        f: load_model("smollm2-135m", "float32", quantization=f if f in WEIGHT_ONLY else None)
+        for f in formats
     }
     tokenizer = loaded[formats[0]].tokenizer
     binary = llama_server_binary()
@@ -291,7 +292,9 @@ def main() -> None:
         "--rounds", type=int, default=1, help="alternating rounds, best kept (default: %(default)s)"
     )
     ap.add_argument(
-        "--formats", default="float32,fp16", help="kvscope weight formats: float32, int8, fp16 (default: %(default)s)"
+        "--formats",
+        default="float32,fp16",
+        help="kvscope weight formats: float32, int8, fp16 (default: %(default)s)",
     )
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"

@@ -77,7 +77,7 @@ def main() -> None:
         for batch in batches:
             xs = {HIDDEN: torch.randn(batch, HIDDEN).to(act), INTER: torch.randn(batch, INTER).to(act)}
 
-            def layers(mods=mods, xs=xs):
+            def layers(mods=mods, xs=xs, fmt=fmt):
                 with torch.inference_mode():
                     for mod, (_, cols) in zip(mods, shapes(fmt) * LAYERS):
                         mod(xs[cols])

@@ -18,7 +18,7 @@ blocks first run more requests at once, and a note says the projection is then a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -131,7 +131,11 @@ def _claim(action: str, title: str, evidence: dict, projected: dict, effect: str
 
 
 def add_memory_by_curve(
-    ev: CurveEvidence, replayer: Replayer | None, kv_pressure: bool, notes: list[str]
+    ev: CurveEvidence,
+    replayer: Replayer | None,
+    kv_pressure: bool,
+    notes: list[str],
+    distrust: str | None = None,
 ) -> Verdict | None:
     if not ev.points:
         return None
@@ -179,8 +183,10 @@ def add_memory_by_curve(
     b, c = comparison.baseline.prefix_hit_ratio, comparison.changed.prefix_hit_ratio
     measured = None if b is None or c is None else c - b
     shown = measured is not None and measured >= max(MIN_VERIFIED_GAIN, VERIFY_SHARE * gain)
-    verified, status, reason = replay_status(shown, comparison.fidelity)
+    verified, status, reason = replay_status(shown, comparison.fidelity, distrust)
     replay = comparison.to_dict()
+    if distrust:
+        replay["implausible"] = distrust
     replay.update(
         verified=verified,
         why=f"replayed hit ratio {b:.1%} -> {c:.1%} (predicted {ev.hit_ratio:.1%} -> {after:.1%})"
@@ -214,7 +220,9 @@ def _fleet(replayer: Replayer, parts: list[list[TraceRequest]]) -> dict[str, Any
     }
 
 
-def route_by_prefix(frame: pd.DataFrame, replayer: Replayer | None, notes: list[str]) -> Verdict | None:
+def route_by_prefix(
+    frame: pd.DataFrame, replayer: Replayer | None, notes: list[str], distrust: str | None = None
+) -> Verdict | None:
     rows = latest(frame)
     if len(rows) < 2:  # one replica: nothing to route
         return None
@@ -254,7 +262,7 @@ def route_by_prefix(frame: pd.DataFrame, replayer: Replayer | None, notes: list[
     )
     # Both sides are replays on the simulator (no measured baseline to match): its fidelity
     # to the run is the single-replica baseline's.
-    verified, status, reason = replay_status(shown, replayer.fidelity())
+    verified, status, reason = replay_status(shown, replayer.fidelity(), distrust)
     replay = {
         "change": {"label": f"{replicas} replicas, each shared-prefix group on one"},
         "baseline": {"label": f"{replicas} replicas, round-robin", **spread},
@@ -265,6 +273,8 @@ def route_by_prefix(frame: pd.DataFrame, replayer: Replayer | None, notes: list[
         else "the replays measured no prefix-cache queries",
         "time_axis": replayer.time_axis,
     }
+    if distrust:
+        replay["implausible"] = distrust
     return Verdict(**claim, verified=verified, replay=json_safe(replay), status=status, status_reason=reason)
 
 
@@ -285,21 +295,8 @@ def kv_event_verdicts(
     if ev is None:
         notes.append("KV events: no prefix-cache counters for the instance they came from; no curve")
     else:
-        v = add_memory_by_curve(ev, replayer, kv_pressure, notes)
+        v = add_memory_by_curve(ev, replayer, kv_pressure, notes, distrust)
         out += [v] if v is not None else []
-    v = route_by_prefix(frame, replayer, notes)
+    v = route_by_prefix(frame, replayer, notes, distrust)
     out += [v] if v is not None else []
-    if distrust:
-        out = [
-            replace(
-                v,
-                verified=False,
-                replay={**v.replay, "verified": False, "implausible": distrust},
-                status="indicative" if v.status == "verified" else v.status,
-                status_reason=distrust if v.status == "verified" else v.status_reason,
-            )
-            if v.replay
-            else v
-            for v in out
-        ]
     return out

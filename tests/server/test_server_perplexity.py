@@ -35,7 +35,11 @@ PARAGRAPH = (
     "and turns into steam. When it is cooled to zero degrees Celsius, it freezes and becomes ice."
 )
 # (dtype, quantization) -> (perplexity ratio bound, mean |logprob difference| bound, nats)
-CHEAPER = {("bfloat16", None): (0.02, 0.06), ("float32", "int8"): (0.02, 0.1), ("float32", "fp16"): (0.005, 0.01)}
+CHEAPER = {
+    ("bfloat16", None): (0.02, 0.06),
+    ("float32", "int8"): (0.02, 0.1),
+    ("float32", "fp16"): (0.005, 0.01),
+}
 
 
 def start(dtype: str, quantization: str | None = None) -> BackgroundServer:

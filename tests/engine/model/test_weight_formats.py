@@ -52,7 +52,12 @@ def test_int8_per_channel_error_is_bounded_by_half_a_step_per_weight():
 def test_int8_model_replaces_every_projection_and_keeps_the_logits_head():
     loaded = load_model("tiny-random", "float32", quantization="int8")
     layer = loaded.model.model.layers[0]
-    for proj in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
+    for proj in (
+        layer.self_attn.qkv_proj,
+        layer.self_attn.o_proj,
+        layer.mlp.gate_up_proj,
+        layer.mlp.down_proj,
+    ):
         assert isinstance(proj, Int8Linear)
     assert not hasattr(layer.self_attn, "q_proj") and not hasattr(layer.mlp, "up_proj")
     assert loaded.dtype == torch.float32 and loaded.describe_weights().startswith("int8")
@@ -81,7 +86,12 @@ def test_fp16_model_fuses_the_projections_and_holds_the_logits_head_apart():
     fp32 = load_model("tiny-random", "float32")
     loaded = load_model("tiny-random", "float32", quantization="fp16")
     layer = loaded.model.model.layers[0]
-    for proj in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
+    for proj in (
+        layer.self_attn.qkv_proj,
+        layer.self_attn.o_proj,
+        layer.mlp.gate_up_proj,
+        layer.mlp.down_proj,
+    ):
         assert isinstance(proj, Fp16Linear)
     assert isinstance(loaded.model.logits_head, Fp16Linear)
     assert loaded.describe_weights().startswith("float16 projections")

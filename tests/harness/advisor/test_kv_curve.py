@@ -17,7 +17,10 @@ from exporter.kv_events.hub import KvEventsHub
 from exporter.kv_events.record import KvRecorder
 from exporter.kv_events.spec import KvEventsSource
 from harness.advisor import run_inputs
-from harness.advisor.advice import advise
+from harness.advisor.advice import advise, diagnose_run
+from harness.advisor.evidence import workload_evidence
+from harness.advisor.kv_curve import kv_event_verdicts
+from harness.advisor.whatif import make_replayer
 from harness.bundle.kv_events import write_kv_events
 from reference_engine.config import EngineConfig
 from tests.harness.advisor.bundles import Req, simulate_bundle
@@ -80,3 +83,22 @@ def test_replicas_that_share_little_get_a_note_not_a_verdict(shared_prompts_bund
     advice = advise(run_inputs.load(folder), replay=False)
     assert not [v for v in advice.verdicts if v.action == "route_by_prefix"]
     assert any(n.startswith("route_by_prefix: not advised: 3%") for n in advice.notes), advice.notes
+
+
+def test_block_verdicts_on_an_implausible_baseline_stay_indicative(shared_prompts_bundle) -> None:
+    common = list(range(1, 81))
+    record_replicas(
+        shared_prompts_bundle, {"a": common + list(range(1000, 1040)), "b": common + list(range(2000, 2020))}
+    )
+    inputs = run_inputs.load(shared_prompts_bundle)
+    work = workload_evidence(inputs)
+    diag = diagnose_run(inputs, work)
+    replayer = make_replayer(inputs, work, diag.mean_running, diag.preemptions)
+    why = "the replayed baseline finished in 2% of the run's time"
+    (verdict,) = kv_event_verdicts(inputs, replayer, False, [], distrust=why)
+    assert verdict.action == "route_by_prefix" and verdict.replay["changed"]["prefix_hit_ratio"] is not None
+    assert not verdict.verified and not verdict.replay["verified"]
+    assert verdict.status == "indicative" and verdict.status_reason == why
+    assert verdict.replay["implausible"] == why
+    (trusted,) = kv_event_verdicts(inputs, replayer, False, [])
+    assert trusted.verified and trusted.status == "verified" and "implausible" not in trusted.replay
