@@ -30,6 +30,19 @@ class CredentialError(ValueError):
     never what it holds."""
 
 
+def read_secret_file(path: str) -> str:
+    """The first line of `path`, stripped: a token kept in a file (a Kubernetes or Docker
+    secret). Raises CredentialError naming the file, never what it holds."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.readline().strip()
+    except OSError as e:
+        raise CredentialError(f"cannot read {path}: {e.strerror or e}") from None
+    if not value:
+        raise CredentialError(f"{path} is empty")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
     scheme: Scheme
@@ -46,11 +59,7 @@ class Credentials:
                 raise CredentialError(f"environment variable {self.where} is not set")
             value = value.strip()
         else:
-            try:
-                with open(self.where, encoding="utf-8") as f:
-                    value = f.readline().strip()
-            except OSError as e:
-                raise CredentialError(f"cannot read {self.where}: {e.strerror or e}") from None
+            return read_secret_file(self.where)
         if not value:
             raise CredentialError(f"{self.where} is empty")
         return value

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.credentials import CredentialError, read_secret_file
 from exporter.kv_events.spec import parse_sources
 from exporter.units import parse_duration
 from harness.bundle.deployment import DeploymentFacts
@@ -129,13 +130,9 @@ def api_key(args: argparse.Namespace) -> str:
         raise ConfigError("give --api-key or --api-key-file, not both")
     if path:
         try:
-            with open(path, encoding="utf-8") as f:
-                key = f.readline().strip()
-        except OSError as exc:
+            return read_secret_file(path)
+        except CredentialError as exc:
             raise ConfigError(f"--api-key-file: {exc}") from None
-        if not key:
-            raise ConfigError(f"--api-key-file: {path} is empty")
-        return key
     return given or os.environ.get(API_KEY_ENV, "")
 
 

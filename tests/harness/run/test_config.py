@@ -40,6 +40,8 @@ def test_run_config_validation(tmp_path) -> None:
         (["--workload", "rate", "--length-spread", "1.5"], "length-spread"),
         (["--workload", "chat", "--warmup", "later"], "warmup"),
         (["--workload", "chat", "--api-key", "k", "--api-key-file", "f"], "not both"),
+        (["--workload", "chat", "--api-key-file", "/nonexistent/key"], "--api-key-file: cannot read"),
+        (["--workload", "chat", "--api-key-file", "/dev/null"], "--api-key-file: /dev/null is empty"),
     ):
         with pytest.raises(ConfigError, match=match):
             from_args(parse(["run", *argv]))
