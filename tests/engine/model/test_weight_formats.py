@@ -49,17 +49,20 @@ def test_int8_per_channel_error_is_bounded_by_half_a_step_per_weight():
     assert rel < 0.02, rel  # int8 weights and bfloat16 activations: about 1% relative error
 
 
+def fused_projections(loaded) -> list[torch.nn.Module]:
+    """Every layer's qkv, o, gate_up and down projections, once the unfused ones are gone."""
+    out = []
+    for layer in loaded.model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        assert not any(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj"))
+        assert not any(hasattr(mlp, n) for n in ("gate_proj", "up_proj"))
+        out += [attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj]
+    return out
+
+
 def test_int8_model_replaces_every_projection_and_keeps_the_logits_head():
     loaded = load_model("tiny-random", "float32", quantization="int8")
-    layer = loaded.model.model.layers[0]
-    for proj in (
-        layer.self_attn.qkv_proj,
-        layer.self_attn.o_proj,
-        layer.mlp.gate_up_proj,
-        layer.mlp.down_proj,
-    ):
-        assert isinstance(proj, Int8Linear)
-    assert not hasattr(layer.self_attn, "q_proj") and not hasattr(layer.mlp, "up_proj")
+    assert all(isinstance(proj, Int8Linear) for proj in fused_projections(loaded))
     assert loaded.dtype == torch.float32 and loaded.describe_weights().startswith("int8")
     assert loaded.model.model.embed_tokens.weight.dtype == torch.float32
     assert loaded.model.logits_head is None
@@ -85,14 +88,7 @@ def test_fp16_projection_rounds_only_the_weights_to_float16():
 def test_fp16_model_fuses_the_projections_and_holds_the_logits_head_apart():
     fp32 = load_model("tiny-random", "float32")
     loaded = load_model("tiny-random", "float32", quantization="fp16")
-    layer = loaded.model.model.layers[0]
-    for proj in (
-        layer.self_attn.qkv_proj,
-        layer.self_attn.o_proj,
-        layer.mlp.gate_up_proj,
-        layer.mlp.down_proj,
-    ):
-        assert isinstance(proj, Fp16Linear)
+    assert all(isinstance(proj, Fp16Linear) for proj in fused_projections(loaded))
     assert isinstance(loaded.model.logits_head, Fp16Linear)
     assert loaded.describe_weights().startswith("float16 projections")
     hidden = torch.randn(3, fp32.config.hidden_size)
