@@ -214,6 +214,11 @@ def self_check(
             notes.append(
                 "client delay from the server's TTFT histogram: a lower bound (bucket upper edges), no floor"
             )
+        elif timed := int(ok["server_ttft_s"].notna().sum()):
+            notes.append(
+                f"server TTFT for {timed} request(s), fewer than the {MIN_REQUESTS} a check needs: "
+                "client delay not checked"
+            )
         else:
             notes.append("no server TTFT (per request or histogram): client delay not checked")
     if method == "per_request" and (queue := _queue_unknown(ok, server)) is not None:

@@ -108,3 +108,13 @@ def test_timings_without_queue_time_are_not_read_as_client_lag(tmp_path):
     assert any("waited for a slot" in n and "not checked" in n for n in check.notes)
     idle = b.server.assign(requests_waiting=0.0)
     assert not self_check(req, idle, b.run).reliable  # no queue: the delay is the client's
+
+
+def test_too_few_server_timings_are_named_as_too_few_not_as_missing(tmp_path):
+    b = read_bundle(make_bundle(tmp_path / "b", Spec()))
+    measured = b.requests[b.requests["phase"] == "measure"]
+    few = measured.head(4)
+    check = self_check(few, b.server, b.run)
+    assert check.method == "none"
+    assert any("server TTFT for 4 request(s), fewer than the 5" in n for n in check.notes), check.notes
+    assert not any(n.startswith("no server TTFT") for n in check.notes)
