@@ -3,10 +3,11 @@
 As in vLLM, `auto` is a 16-bit dtype where the hardware computes in it natively and float32
 elsewhere: on CUDA bfloat16; on a CPU bfloat16 only if it reports native bf16 matrix
 instructions (AVX512_BF16 or AMX_BF16 in /proc/cpuinfo). Without them torch's bf16 matmul
-runs through conversions and is slower than float32: measured on an AVX2-only EPYC, one
-thread, SmolLM2-135M's projections, 1.6x slower at batch 1 and about 4x at batch 16
-(`benchmarks/RESULTS.md`, "Weight dtypes"). The decision reads flags, not timings, so the same
-machine always makes the same choice.
+runs through conversions: measured on an AVX2-only EPYC, one thread, SmolLM2-135M's
+projections, it is about 1.2x faster than float32 at batch 1 (half the bytes) but about 4x
+slower at batch 16, where batching matters (`benchmarks/RESULTS.md`, "Weight dtypes"). The
+fast format on such a CPU is `--quantization fp16`, which is not a compute dtype. The
+decision reads flags, not timings, so the same machine always makes the same choice.
 
 Stdlib only: the harness resolves a recorded `auto` with it too.
 """
