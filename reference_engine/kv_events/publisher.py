@@ -14,6 +14,11 @@ step. The queue is bounded (`max_queue_size`): a publisher that cannot keep up m
 `publish` wait, as vLLM's does, rather than drop silently; drops happen only at the PUB
 socket's high-water mark, where a subscriber sees them as a sequence gap and can replay.
 
+`drain` waits until everything queued has been sent: a simulator replay in virtual time
+publishes thousands of batches in about a second, more than `shutdown`'s one second of
+grace sends on a busy machine. `shutdown` closes the PUB socket with that same grace as its
+linger, so batches already handed to ZeroMQ still reach a connected subscriber.
+
 Each publisher owns its ZeroMQ context (no process-wide instance), so several engines in
 one process (tests) never share sockets.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from itertools import count
 
@@ -49,6 +55,8 @@ class ZmqEventPublisher:
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
         self._topic = config.topic.encode("utf-8")
         self._seq = count()
+        self._queued = 0
+        self._sent = 0  # batches through the PUB socket (or given up on): drain's measure
         self._ctx = zmq.Context()
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.set_hwm(config.hwm)
@@ -82,6 +90,16 @@ class ZmqEventPublisher:
         if batch.data_parallel_rank is None:
             batch.data_parallel_rank = self.data_parallel_rank
         self._queue.put(batch)
+        self._queued += 1
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until every batch queued so far has been sent; False if `timeout_s` ran out."""
+        deadline = time.monotonic() + timeout_s
+        while self._sent < self._queued:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     def shutdown(self) -> None:
         """Send what is queued (for up to a second), then close the sockets."""
@@ -95,9 +113,9 @@ class ZmqEventPublisher:
         self._close_sockets()
 
     def _close_sockets(self) -> None:
-        for sock in (self._pub, self._replay):
-            if sock is not None:
-                sock.close(linger=0)
+        self._pub.close(linger=int(SHUTDOWN_TIMEOUT_S * 1000))
+        if self._replay is not None:
+            self._replay.close(linger=0)
         self._ctx.term()
 
     def _serve(self) -> None:
@@ -121,6 +139,7 @@ class ZmqEventPublisher:
             except zmq.ZMQError:
                 log.exception("KV event publisher: send failed (seq %d kept for replay)", seq)
             self._buffer.append((seq, payload))
+            self._sent += 1
 
     def _answer_replay(self) -> None:
         frames = self._replay.recv_multipart()  # type: ignore[union-attr]

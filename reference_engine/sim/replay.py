@@ -8,6 +8,7 @@ PagedAttention reproduction need.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field, replace
 
@@ -17,6 +18,10 @@ from reference_engine.sim.cost_model import StepTimeModel
 from reference_engine.sim.engine import SimSpec, build_sim_engine
 
 SHARE_EVERY = 8
+# Virtual time publishes a whole trace's KV events in about a second of wall time; the
+# replay waits for them to be sent before the publisher (and its replay socket) closes.
+EVENTS_DRAIN_S = 60.0
+log = logging.getLogger("kvscope.sim")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +178,9 @@ def replay_trace(
             if out.finished and out.request.group_id not in engine.groups:
                 rec.finished_s = clock.t
                 result.records.append(live.pop(out.request.group_id))
-    engine.close()  # sends the queued KV events, if any
+    if engine.kv_event_publisher is not None and not engine.kv_event_publisher.drain(EVENTS_DRAIN_S):
+        log.warning("replay: KV events still unsent after %.0f s", EVENTS_DRAIN_S)
+    engine.close()
     stats = engine.stats
     result.kv_event_batches = engine.kv_events_published
     result.duration_s = clock.t

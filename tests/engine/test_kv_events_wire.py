@@ -257,6 +257,24 @@ def test_a_connecting_publisher_reaches_a_binding_subscriber(ctx: zmq.Context) -
         publisher.shutdown()
 
 
+def test_drain_then_shutdown_delivers_every_queued_batch(ctx: zmq.Context) -> None:
+    """A replay in virtual time queues batches faster than the sending thread takes them:
+    `drain` waits for all of them, and closing does not drop what ZeroMQ still holds."""
+    publisher = ZmqEventPublisher(_config(replay_endpoint=None))
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 0)  # no limit: the test reads only after the publisher closed
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(publisher.endpoint)
+    try:
+        _wait_joined(sub, publisher)
+        for batch in _batches(3000):
+            publisher.publish(batch)
+        assert publisher.drain(60)
+    finally:
+        publisher.shutdown()
+    assert len(_recv_all(sub, 3000)) == 3000
+
+
 def test_fixture_json_matches_the_generic_decode() -> None:
     """The fixture's own consistency: its `payload_generic` is the schema-less decode."""
     for path in NEW_ERA:
