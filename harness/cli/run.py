@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from exporter.dialects.probe import KV_LAYOUTS
 from exporter.units import host_port
 from harness.cli.load_flags import add_engine_flags, add_workload_options
 from harness.cli.otlp_flags import add_otlp_flags
@@ -163,6 +164,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "miss-ratio curve, hot prefixes). Bundled engine: give no value, kvscope sets up the engine's "
         "--kv-events-config on loopback. --target: the server's PUB endpoint and replay ROUTER (its "
         "--kv-events-config endpoint and replay_endpoint); repeat for replicas",
+    )
+    p.add_argument(
+        "--llamacpp-kv-layout",
+        choices=KV_LAYOUTS,
+        default="auto",
+        help="with a llama-server --target: its KV cache is one pool shared by all slots (unified: -kvu, or "
+        "-np left at auto) or one per slot (explicit -np N); no endpoint says which, the exporter infers it "
+        "unless told (default auto)",
     )
     p.add_argument("--quiet", action="store_true", help="no live progress line")
     add_workload_options(

@@ -72,6 +72,7 @@ def exporter_command(
         "--record",
         str(record_dir),
         *(arg for spec in kv_events for arg in ("--kv-events", spec)),
+        *(["--llamacpp-kv-layout", cfg.llamacpp_kv_layout] if cfg.llamacpp_kv_layout != "auto" else []),
     )
 
 

@@ -85,6 +85,7 @@ class RunConfig:
     # --kv-events: ["auto"] for the bundled engine, the server's endpoints with --target
     kv_events: list[str] = field(default_factory=list)
     otlp: OtlpConfig | None = None  # --otlp: receive the server's request spans
+    llamacpp_kv_layout: str = "auto"  # the exporter's --llamacpp-kv-layout (a llama-server target)
 
     @property
     def open_loop(self) -> bool:
@@ -260,6 +261,11 @@ def from_args(args: argparse.Namespace) -> RunConfig:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     stated = deployment_statement(getattr(args, "deployment", None), target)
+    layout = getattr(args, "llamacpp_kv_layout", "auto")
+    if layout != "auto" and not target:
+        raise ConfigError(
+            "--llamacpp-kv-layout describes a llama-server --target; the bundled engine states its pool"
+        )
     try:
         otlp = otlp_config(args)
     except ValueError as exc:
@@ -297,6 +303,7 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         advise=not getattr(args, "no_advise", False),
         kv_events=kv_events(args, engine),
         otlp=otlp,
+        llamacpp_kv_layout=layout,
     )
 
 

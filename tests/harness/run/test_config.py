@@ -95,3 +95,29 @@ def test_the_api_key_is_on_no_command_line(tmp_path, monkeypatch) -> None:
         assert child_env(key)[API_KEY_ENV] == key and key not in str(cfg.to_dict())
     monkeypatch.setenv(API_KEY_ENV, "from-env")
     assert from_args(parse(["run", "--workload", "chat", "--out", str(tmp_path / "e")])).api_key == "from-env"
+
+
+def test_a_stated_llamacpp_kv_layout_reaches_the_exporter(tmp_path) -> None:
+    """`--llamacpp-kv-layout` goes to the exporter as its own flag, parsed by the exporter's
+    own parser; left at auto it is not passed, and the bundled engine refuses it."""
+    import argparse
+
+    from exporter.cli import add_probe_flags
+    from harness.cli import build_parser
+    from harness.run.commands import exporter_command
+    from harness.run.config import ConfigError, from_args
+
+    parse = build_parser().parse_args
+    exporter = argparse.ArgumentParser()
+    add_probe_flags(exporter)
+    for layout in ("per-slot", "unified"):
+        cfg = from_args(
+            parse(["run", "--workload", "chat", "--target", "http://h:1", "--llamacpp-kv-layout", layout])
+        )
+        argv = exporter_command(cfg, "http://h:1", 9, tmp_path)
+        i = argv.index("--llamacpp-kv-layout")
+        assert exporter.parse_args(argv[i : i + 2]).llamacpp_kv_layout == layout
+    plain = from_args(parse(["run", "--workload", "chat", "--target", "http://h:1"]))
+    assert "--llamacpp-kv-layout" not in exporter_command(plain, "http://h:1", 9, tmp_path)
+    with pytest.raises(ConfigError, match="llama-server --target"):
+        from_args(parse(["run", "--workload", "chat", "--llamacpp-kv-layout", "unified"]))
