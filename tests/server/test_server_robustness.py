@@ -61,7 +61,9 @@ def test_disconnect_mid_stream_frees_blocks_at_once(roomy, monkeypatch):
     """The abort reaches the core process, which frees the blocks before its next step: the
     first statistics record showing them free is at most two steps after the last record the
     server had when it sent the abort (the core may have finished one step whose record was
-    still on its way to the server, and be running the next when the abort arrives)."""
+    still on its way to the server, and be running the next when the abort arrives). The
+    core's own side, no step between an abort's arrival and its blocks' release, is pinned
+    exactly in tests/engine/test_core_loop.py."""
     engine = roomy.state.engine
     steps_when_sent: list[int] = []
     send = engine.client.send
