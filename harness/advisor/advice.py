@@ -34,7 +34,7 @@ from harness.advisor.plausibility import implausible
 from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
 from harness.advisor.run_inputs import RunInputs
 from harness.advisor.sizing import blocks_for_tokens
-from harness.advisor.status import replay_status
+from harness.advisor.status import mark_replay, replay_status
 from harness.advisor.verdicts import Proposal, decide
 from harness.advisor.whatif import Change, Comparison, Replayer, judge, make_replayer
 from harness.bundle.jsonfile import json_safe, write_json
@@ -143,19 +143,15 @@ def _verdict(
     except ValueError as exc:  # e.g. a change the engine refuses (a pool too small for one request)
         notes.append(f"{p.action}: replay failed: {exc}")
         return Verdict(**claim, verified=False)
-    shown = comparison.verified
+    shown = comparison.shown
     replay = comparison.to_dict()
     if not p.expect_gain:  # kv_not_bottleneck: confirmed when more KV memory does not help
         gained, why = judge(comparison.baseline, comparison.changed)
         shown = not gained
-        replay.update(
-            verified=shown,
-            why="more KV memory changes nothing measurable"
-            if shown
-            else f"more KV memory helps after all: {why}",
+        replay["why"] = (
+            "more KV memory changes nothing measurable" if shown else f"more KV memory helps after all: {why}"
         )
-    if distrust:
-        replay.update(verified=False, implausible=distrust)
+    mark_replay(replay, shown, distrust)
     verified, status, reason = replay_status(shown, comparison.fidelity, distrust)
     alternatives = []
     for alt in p.alternatives:

@@ -29,7 +29,7 @@ from exporter.series import increase
 from harness.advisor.capacity import base_blocks
 from harness.advisor.record import Claim, Verdict
 from harness.advisor.run_inputs import RunInputs
-from harness.advisor.status import replay_status
+from harness.advisor.status import mark_replay, replay_status
 from harness.advisor.whatif import Change, Replayer
 from harness.bundle.jsonfile import json_safe
 from harness.bundle.kv_events import curve_column, latest, read_kv_events
@@ -184,11 +184,8 @@ def add_memory_by_curve(
     measured = None if b is None or c is None else c - b
     shown = measured is not None and measured >= max(MIN_VERIFIED_GAIN, VERIFY_SHARE * gain)
     verified, status, reason = replay_status(shown, comparison.fidelity, distrust)
-    replay = comparison.to_dict()
-    if distrust:
-        replay["implausible"] = distrust
+    replay = mark_replay(comparison.to_dict(), shown, distrust)
     replay.update(
-        verified=verified,
         why=f"replayed hit ratio {b:.1%} -> {c:.1%} (predicted {ev.hit_ratio:.1%} -> {after:.1%})"
         if measured is not None
         else "the replay measured no prefix-cache queries",
@@ -267,14 +264,12 @@ def route_by_prefix(
         "change": {"label": f"{replicas} replicas, each shared-prefix group on one"},
         "baseline": {"label": f"{replicas} replicas, round-robin", **spread},
         "changed": routed,
-        "verified": verified,
         "why": f"hit ratio {b:.1%} round-robin -> {c:.1%} routed by prefix"
         if b is not None and c is not None
         else "the replays measured no prefix-cache queries",
         "time_axis": replayer.time_axis,
     }
-    if distrust:
-        replay["implausible"] = distrust
+    mark_replay(replay, shown, distrust)
     return Verdict(**claim, verified=verified, replay=json_safe(replay), status=status, status_reason=reason)
 
 

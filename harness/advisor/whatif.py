@@ -94,7 +94,7 @@ class Comparison:
     change: Change
     baseline: ReplayMetrics
     changed: ReplayMetrics
-    verified: bool  # the replay shows the gain (over the baseline; see `fidelity` for the baseline)
+    shown: bool  # the replay shows the gain over its baseline (whether that baseline is the run: `fidelity`)
     why: str
     time_axis: str
     fidelity: Fidelity | None = None  # the baseline against the run; None: not checked
@@ -104,7 +104,7 @@ class Comparison:
             "change": {k: v for k, v in asdict(self.change).items() if v not in (None, False)},
             "baseline": asdict(self.baseline),
             "changed": asdict(self.changed),
-            "verified": self.verified,
+            "shown": self.shown,
             "why": self.why,
             "time_axis": self.time_axis,
             "baseline_fidelity": None if self.fidelity is None else self.fidelity.to_dict(),
@@ -211,7 +211,7 @@ def _metrics(results: list[ReplayResult], requests: int, scale: float) -> Replay
 
 
 def judge(base: ReplayMetrics, changed: ReplayMetrics) -> tuple[bool, str]:
-    """(verified, a short reason) — see the module doc for the rule. The numbers themselves
+    """(shown, a short reason) — see the module doc for the rule. The numbers themselves
     are in the two ReplayMetrics, so the reason does not repeat them."""
     if changed.completed < base.completed or changed.rejected > base.rejected:
         return False, (

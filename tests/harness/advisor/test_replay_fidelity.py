@@ -107,7 +107,7 @@ def test_a_baseline_that_misses_the_run_makes_the_verdicts_indicative(tmp_path):
     missed = advise(run_inputs.load(folder))
     assert not missed.fidelity["within"] and missed.verdicts
     for v in missed.verdicts:
-        if v.replay and v.replay["verified"]:  # the replay shows the gain ...
+        if v.replay and v.replay["shown"]:  # the replay shows the gain ...
             assert v.status == "indicative" and not v.verified  # ... but cannot verify it
             assert "preemptions" in v.status_reason and "measured" in v.status_reason
     assert any(v.status == "indicative" for v in missed.verdicts)
