@@ -74,13 +74,40 @@ class WorkloadEvidence:
 
     def prefix_groups(self, done: pd.DataFrame, near: bool = False) -> list[tuple[int, int]]:
         """(replay group, shared prefix tokens) per completed request: the prompts as they
-        are, or (`near`) with their near-identical spans moved after the shared part."""
+        are, or (`near`) with their near-identical spans moved after the shared part.
+
+        Fingerprints see sharing only up to the last chunk boundary inside the shared part, a
+        coarse measure when a prompt has few words. The server's own counts correct that:
+        a request served with C cached tokens shares at least C, and so does every request
+        of its group whose fingerprint shares as much as its own (the same branch)."""
+        prompts = done["prompt_tokens"].astype(int).tolist()
+        estimates = []
+        for s, chars, prompt in zip(self.sharing, self.prompt_chars, prompts):
+            est = [
+                min(prompt - 1, int(shared * prompt / chars)) if chars else 0
+                for shared in (s.shared_chars, s.near_shared_chars)
+            ]
+            estimates.append((s.group, est[0], s.near_group if near else s.group, est[1] if near else est[0]))
+        floor: dict[tuple[int, int], int] = {}
+        for (group, tokens, _, _), c in zip(estimates, _cached_tokens(done)):
+            if group >= 0:
+                floor[(group, tokens)] = max(floor.get((group, tokens), 0), c)
         out = []
-        for s, chars, prompt in zip(self.sharing, self.prompt_chars, done["prompt_tokens"].astype(int)):
-            group, shared = (s.near_group, s.near_shared_chars) if near else (s.group, s.shared_chars)
-            tokens = min(prompt - 1, int(shared * prompt / chars)) if chars else 0
-            out.append((group, tokens) if group >= 0 and tokens > 0 else (-1, 0))
+        for (group, as_is, replay_group, tokens), prompt in zip(estimates, prompts):
+            if group >= 0:  # a near-identical share contains the identical one
+                tokens = max(tokens, min(prompt - 1, floor[(group, as_is)]))
+            out.append((replay_group, tokens) if replay_group >= 0 and tokens > 0 else (-1, 0))
         return out
+
+
+def _cached_tokens(done: pd.DataFrame) -> list[int]:
+    """Each request's prompt tokens served from the prefix cache (usage, else the server's
+    own timings), 0 where neither says."""
+    cached = pd.Series(np.nan, index=done.index)
+    for column in ("cached_tokens", "server_cached_prompt_tokens"):
+        if column in done.columns:
+            cached = cached.fillna(pd.to_numeric(done[column], errors="coerce"))
+    return cached.fillna(0).astype(int).tolist()
 
 
 def completed(requests: pd.DataFrame) -> pd.DataFrame:

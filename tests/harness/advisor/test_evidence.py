@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from exporter.dialects.sample import EngineSample
 from harness.advisor.diagnose import diagnose_window, preemption_level, windows_from_samples_api
-from harness.advisor.evidence import length_evidence, round_up_limit
-from harness.advisor.prefixes import PromptShape, analyse
+from harness.advisor.evidence import WorkloadEvidence, length_evidence, round_up_limit
+from harness.advisor.prefixes import PromptShape, Sharing, analyse
 from harness.workload.fingerprint import MAX_CHUNKS, chunks, fingerprint, prompt_text, record_columns
 
 rng = random.Random(0)
@@ -103,6 +103,35 @@ def test_a_late_differing_span_with_nothing_shared_after_it_is_not_near_identica
     res = analyse(shapes([system + f"Request id {i * 7919}. " + words(40, 900 + i) for i in range(10)]))
     assert all(r.hole_start_chars is None for r in res)
     assert all(r.shared_chars >= len(system) - 120 for r in res)
+
+
+def test_the_servers_cached_tokens_correct_a_coarse_fingerprint_per_branch():
+    """A 160-token prompt of 135 characters in 2 chunks: the fingerprint sees 20 characters
+    (23 tokens) shared, the server served 128 from its cache. Every request of that branch
+    shares 128 in the replay, the cold ones too; a shorter stem of the same group keeps its
+    own share, and the server's counts never create a group."""
+
+    def sharing(shared: int, group: int, near_shared: int | None = None, near_group: int | None = None):
+        near = near_group is not None
+        return Sharing(
+            shared,
+            0,
+            near_shared if near else shared,
+            0,
+            None,
+            None,
+            group,
+            near_group if near else group,
+        )
+
+    rows = [sharing(20, 0)] * 4 + [sharing(10, 0), sharing(0, -1), sharing(20, 0, 100, 1)]
+    done = pd.DataFrame({"prompt_tokens": [160] * 7, "cached_tokens": [0, 128, 128, None, 0, 64, 0]})
+    evidence = WorkloadEvidence(None, None, tuple(rows), (135,) * 7)
+    assert evidence.prefix_groups(done) == [(0, 128)] * 4 + [(0, 11), (-1, 0), (0, 128)]
+    assert evidence.prefix_groups(done, near=True)[-1] == (1, 128)  # 118 by the fingerprint
+    fallback = done.drop(columns="cached_tokens").assign(server_cached_prompt_tokens=[0, 0, 0, 0, 0, 0, 96])
+    assert evidence.prefix_groups(fallback) == [(0, 96)] * 4 + [(0, 11), (-1, 0), (0, 96)]
+    assert evidence.prefix_groups(done[["prompt_tokens"]]) == [(0, 23)] * 4 + [(0, 11), (-1, 0), (0, 23)]
 
 
 @pytest.mark.parametrize(
