@@ -3,10 +3,11 @@ block pool, modelled time) as the run was set up and with one change.
 
 The trace is every completed request: arrival = its send time from the first send,
 prompt and output tokens from the server's usage, and its shared-prefix group from the
-prompt fingerprints (`prefixes`), so a shared system prompt hits the cache in the replay
-as it did in the run. Closed-loop runs are replayed open-loop at their recorded send
-times (a faster server would have received requests sooner; the comparison between two
-replays stays fair because both see the same arrivals).
+prompt fingerprints (`prefixes`; the server's cached-token counts set a floor under each
+group's shared length, see `WorkloadEvidence.prefix_groups`), so a shared system prompt
+hits the cache in the replay as it did in the run. Closed-loop runs are replayed open-loop
+at their recorded send times (a faster server would have received requests sooner; the
+comparison between two replays stays fair because both see the same arrivals).
 
 Time axis. When the bundle has the server's per-request timings, the step time is fitted to
 them (`step_fit`: overhead, per decoding sequence, per prefilled token), so the replay runs
