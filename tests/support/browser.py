@@ -10,8 +10,11 @@ every image to `decode()`, and collects console calls, uncaught exceptions and l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -139,20 +142,38 @@ async def _inspect(port: int, url: str) -> PageReport:
 
 def open_in_chromium(path: Path, timeout_s: float = 60.0) -> PageReport:
     """Load `path` in a fresh headless Chromium profile and return what the page did."""
-    with tempfile.TemporaryDirectory(prefix="kvscope-chromium-") as profile:
-        proc = subprocess.Popen(
-            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    profile = tempfile.mkdtemp(prefix="kvscope-chromium-")
+    # Its own session: Chromium's helpers (renderer, crashpad) outlive a stopped main process
+    # and still write into the profile, so the whole group is stopped before it is removed.
+    proc = subprocess.Popen(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        port_file = Path(profile) / "DevToolsActivePort"
+        deadline = time.monotonic() + timeout_s
+        while not (port_file.exists() and port_file.read_text().strip()) and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"chromium exited with {proc.returncode}")
+            time.sleep(0.1)
+        port = int(port_file.read_text().splitlines()[0])
+        return asyncio.run(asyncio.wait_for(_inspect(port, path.resolve().as_uri()), timeout_s))
+    finally:
+        stop_process(proc, 10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _remove_profile(profile)
+
+
+def _remove_profile(profile: str) -> None:
+    """A helper killed a moment ago may still have a file open: try again briefly."""
+    for _ in range(20):
+        if not os.path.exists(profile):
+            return
         try:
-            port_file = Path(profile) / "DevToolsActivePort"
-            deadline = time.monotonic() + timeout_s
-            while not (port_file.exists() and port_file.read_text().strip()) and time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"chromium exited with {proc.returncode}")
-                time.sleep(0.1)
-            port = int(port_file.read_text().splitlines()[0])
-            return asyncio.run(asyncio.wait_for(_inspect(port, path.resolve().as_uri()), timeout_s))
-        finally:
-            stop_process(proc, 10)
+            shutil.rmtree(profile)
+        except OSError:
+            time.sleep(0.1)
+    shutil.rmtree(profile, ignore_errors=True)
