@@ -58,30 +58,44 @@ async def _stream_then_leave(url: str, body: dict, events_before_leaving: int) -
 
 
 def test_disconnect_mid_stream_frees_blocks_at_once(roomy, monkeypatch):
-    """The abort reaches the core process, which frees the blocks before its next step: the
-    first statistics record showing them free is at most two steps after the last record the
-    server had when it sent the abort (the core may have finished one step whose record was
-    still on its way to the server, and be running the next when the abort arrives). The
-    core's own side, no step between an abort's arrival and its blocks' release, is pinned
-    exactly in tests/engine/test_core_loop.py."""
+    """The abort reaches the core process, which frees the blocks before its next step. The
+    core's records show it exactly, however late the server reads them: the record that
+    reports the abort counts no more steps than the record before it, and every block but
+    the null block is free in it (the core loop's own test, tests/engine/test_core_loop.py,
+    pins the same with a scripted transport)."""
     engine = roomy.state.engine
-    steps_when_sent: list[int] = []
+    aborts_sent: list[AbortRequests] = []
     send = engine.client.send
+    records = []
+    process = engine.processor.process
 
     def watch(command):
         if isinstance(command, AbortRequests):
-            steps_when_sent.append(engine.stats.steps)
+            aborts_sent.append(command)
         send(command)
 
+    def record(outputs):
+        records.append(outputs)
+        return process(outputs)
+
     monkeypatch.setattr(engine.client, "send", watch)
+    monkeypatch.setattr(engine.processor, "process", record)
     body = {"model": MODEL, "prompt": "x" * 100, "max_tokens": 800, "stream": True, "ignore_eos": True}
     aborted_before = metric(roomy, "vllm:request_success_total", finished_reason="abort")
     assert asyncio.run(_stream_then_leave(roomy.url, body, 3)) == 3
     deadline = time.monotonic() + 10  # far sooner than 800 tokens would take
     while not all_blocks_free(roomy) and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert all_blocks_free(roomy) and len(steps_when_sent) == 1
-    assert engine.stats.steps - steps_when_sent[0] <= 2, (steps_when_sent, engine.stats.steps)
+    assert all_blocks_free(roomy) and len(aborts_sent) == 1
+    (request_id,) = aborts_sent[0].request_ids
+    (at,) = [
+        i
+        for i, r in enumerate(records)
+        if any(o.request_id == request_id and o.finish_reason == "abort" for o in r.outputs)
+    ]
+    before, reported = records[at - 1].stats, records[at].stats
+    assert reported.steps == before.steps, (before.steps, reported.steps)
+    assert reported.num_free_blocks == roomy.state.ready.num_blocks - 1 and reported.num_running == 0
     wait_idle(roomy, timeout=10)
     assert metric(roomy, "vllm:kv_cache_usage_perc") == 0.0
     assert metric(roomy, "vllm:num_requests_running") == 0.0
