@@ -80,24 +80,26 @@ class WorkloadEvidence:
         coarse measure when a prompt has few words. The server's own counts correct that:
         a request served with C cached tokens shares at least C, and so does every request
         of its group whose fingerprint shares as much as its own (the same branch)."""
-        prompts = done["prompt_tokens"].astype(int).tolist()
-        estimates = []
-        for s, chars, prompt in zip(self.sharing, self.prompt_chars, prompts):
-            est = [
-                min(prompt - 1, int(shared * prompt / chars)) if chars else 0
-                for shared in (s.shared_chars, s.near_shared_chars)
-            ]
-            estimates.append((s.group, est[0], s.near_group if near else s.group, est[1] if near else est[0]))
-        floor: dict[tuple[int, int], int] = {}
-        for (group, tokens, _, _), c in zip(estimates, _cached_tokens(done)):
-            if group >= 0:
-                floor[(group, tokens)] = max(floor.get((group, tokens), 0), c)
+        rows = list(zip(self.sharing, self.prompt_chars, done["prompt_tokens"].astype(int)))
+        as_is = [_tokens(s.shared_chars, chars, prompt) for s, chars, prompt in rows]
+        floor: dict[tuple[int, int], int] = {}  # (group, fingerprint's share) -> most cached
+        for (s, _, _), tokens, cached in zip(rows, as_is, _cached_tokens(done)):
+            if s.group >= 0:
+                floor[(s.group, tokens)] = max(floor.get((s.group, tokens), 0), cached)
         out = []
-        for (group, as_is, replay_group, tokens), prompt in zip(estimates, prompts):
-            if group >= 0:  # a near-identical share contains the identical one
-                tokens = max(tokens, min(prompt - 1, floor[(group, as_is)]))
-            out.append((replay_group, tokens) if replay_group >= 0 and tokens > 0 else (-1, 0))
+        for (s, chars, prompt), share in zip(rows, as_is):
+            group, tokens = (
+                (s.near_group, _tokens(s.near_shared_chars, chars, prompt)) if near else (s.group, share)
+            )
+            if s.group >= 0:  # a near-identical share contains the identical one
+                tokens = max(tokens, min(prompt - 1, floor[(s.group, share)]))
+            out.append((group, tokens) if group >= 0 and tokens > 0 else (-1, 0))
         return out
+
+
+def _tokens(shared_chars: int, chars: int, prompt: int) -> int:
+    """Shared characters as tokens, at the prompt's own tokens per character."""
+    return min(prompt - 1, int(shared_chars * prompt / chars)) if chars else 0
 
 
 def _cached_tokens(done: pd.DataFrame) -> list[int]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.credentials import CredentialError, read_secret_file
+from exporter.dialects.probe import KVLayout
 from exporter.kv_events.spec import parse_sources
 from exporter.units import parse_duration
 from harness.bundle.deployment import DeploymentFacts
@@ -85,7 +86,7 @@ class RunConfig:
     # --kv-events: ["auto"] for the bundled engine, the server's endpoints with --target
     kv_events: list[str] = field(default_factory=list)
     otlp: OtlpConfig | None = None  # --otlp: receive the server's request spans
-    llamacpp_kv_layout: str = "auto"  # the exporter's --llamacpp-kv-layout (a llama-server target)
+    llamacpp_kv_layout: KVLayout = "auto"  # the exporter's --llamacpp-kv-layout (a llama-server target)
 
     @property
     def open_loop(self) -> bool:
