@@ -3,7 +3,8 @@ replay requests made when needed, and a monitor that tells connects from disconn
 
 Runs in its own thread with blocking polls (100 ms, so `stop()` is prompt); the state it
 feeds is guarded by `SourceState.lock`. A replay request left unanswered for
-`replay_timeout_s` (the publisher went away) is given up: the DEALER is closed (dropping the
+`replay_timeout_s` (the publisher went away; the clock restarts with every replayed message,
+so a long replay that is still arriving is never cut) is given up: the DEALER is closed (dropping the
 queued request) and the missing batches count as lost. A vanished publisher is not an
 error: the SUB socket reconnects by itself, and a restarted one shows as a sequence that
 starts again. Nothing a publisher sends can end the thread.
@@ -91,6 +92,9 @@ class Subscriber:
                     dealer = self._request_replay(ctx, poller, dealer, start)
                     deadline = time.monotonic() + state.limits.replay_timeout_s
             if dealer is not None and dealer in ready:
+                # the publisher is answering: a long replay (thousands of batches, applied
+                # on a busy machine) may take longer than the timeout, and is not given up
+                deadline = time.monotonic() + state.limits.replay_timeout_s
                 if self._drain_replay(dealer):
                     poller.unregister(dealer)
                     dealer.close(linger=0)

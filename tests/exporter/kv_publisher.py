@@ -15,6 +15,7 @@ can send raw frames) and serves replay from a thread of its own.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 
 import msgspec
@@ -63,6 +64,7 @@ class Publisher:
         self.seq = 0
         self.replay_requests: list[int] = []
         self.answer_replays = True
+        self.replay_pace_s = 0.0  # a pause before each replayed batch (a slow, busy publisher)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve_replay, daemon=True)
@@ -106,6 +108,7 @@ class Publisher:
                 kept = list(self.buffer)
             for seq, payload in kept:
                 if seq >= int.from_bytes(start, "big"):
+                    time.sleep(self.replay_pace_s)
                     self.router.send_multipart([client, b"", self.topic, seq.to_bytes(8, "big"), payload])
             self.router.send_multipart([client, b"", b"", END_SEQ, b""])
 

@@ -117,6 +117,24 @@ def test_a_high_water_mark_drop_is_recovered_by_replay() -> None:
         pub.close()
 
 
+def test_a_replay_slower_than_the_timeout_but_still_arriving_is_not_cut(publisher: Publisher) -> None:
+    """The timeout is for a publisher that stopped answering: ten replayed batches 0.15 s apart
+    take three times the 0.5 s timeout, and every one is applied (a fixed deadline from the
+    request dropped the tail of large replays on a busy machine)."""
+    sub = subscribe(publisher, Limits(replay_timeout_s=0.5))
+    try:
+        publisher.replay_pace_s = 0.15
+        publisher.send(batch([stored([0])]))
+        for i in range(1, 11):
+            publisher.skip(batch([stored([i])]))
+        publisher.send(batch([stored([11])]))
+        wait_until(lambda: settled(sub, publisher))
+        assert cached(sub) == set(range(12))
+        assert sub.state.problems == {"gap": 1} and sub.state.stream.replayed >= 10
+    finally:
+        sub.stop()
+
+
 def test_a_restarted_publisher_resets_the_state(publisher: Publisher) -> None:
     sub = subscribe(publisher)
     try:
