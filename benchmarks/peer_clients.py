@@ -1,8 +1,10 @@
-"""Streaming load generators side by side against one simulated server: kvscope, a plain
-Locust FastHttpUser reading with readline(b"\\n"), an asyncio + aiohttp client (the design of
-`vllm bench serve`), and AIPerf and GuideLLM when `make bench-peers` has installed them.
+"""Streaming load generators side by side against one simulated server: kvscope, the floor
+(bare-readline: gevent greenlets reading the stream with geventhttpclient's readline(b"\\n")
+and doing nothing else), a plain Locust FastHttpUser reading the same way, an asyncio +
+aiohttp client (the design of `vllm bench serve`), and AIPerf and GuideLLM when `make
+bench-peers` has installed them; with --baseline, also kvscope as an earlier checkout has it.
 
-    python -m benchmarks.peer_clients [--streams 64,256] [--seconds 18] [--out benchmarks/peer_clients.md]
+    python -m benchmarks.peer_clients [--streams 64,256] [--seconds 18] [--baseline DIR] [--out FILE]
 
 One server for every client: the bundled engine in simulation mode (a GPU cost model, no
 compute: Llama 3.1 70B on 8 x H100, a pool so large that KV never limits), so the client is
@@ -47,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.machine_info import machine  # noqa: E402
-from benchmarks.peers.clients import CLIENTS, Client  # noqa: E402
+from benchmarks.peers.clients import CLIENTS, Client, kvscope_from  # noqa: E402
 from benchmarks.peers.result import Result  # noqa: E402
 from harness.run.commands import engine_command  # noqa: E402
 from harness.run.procs import free_port, http_get, wait_http  # noqa: E402
@@ -118,8 +120,8 @@ def measure(client: Client, url: str, streams: int, seconds: float, work: Path) 
     argv, env = client.command(url, MODEL, streams, seconds, work)
     start = counters(url)
     log = open(work / "client.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=client.cwd, env={**os.environ, **env}, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         if not wait_for_load(url, start.generated, proc):
             return {"error": f"no load (exit {proc.poll()}): {(work / 'client.log').read_text()[-300:]}"}
@@ -172,8 +174,14 @@ def table(rows: list[tuple[str, int, dict]]) -> str:
     return "\n".join(lines)
 
 
+NOT_PEERS = ("kvscope", "kvscope-baseline", "bare-readline")  # ours, ours before, the floor
+CPU_TARGET_US = 20.0  # client CPU per chunk at 256 streams
+FLOOR_RATIO = 2.0  # kvscope's CPU per chunk over the bare read loop's
+
+
 def verdict(rows: list[tuple[str, int, dict]]) -> list[str]:
-    """Does kvscope stay ahead of every peer on the TTFT gap and the CPU per chunk?"""
+    """Does kvscope stay ahead of every peer on the TTFT gap and the CPU per chunk, how far is
+    it from the bare read loop, and (with --baseline) did the gap grow against the baseline?"""
     out = []
     for streams in sorted({s for _, s, _ in rows}):
         at = {n: r for n, s, r in rows if s == streams and "error" not in r}
@@ -181,7 +189,7 @@ def verdict(rows: list[tuple[str, int, dict]]) -> list[str]:
         if ours is None:
             continue
         for key, label in (("gap_ms", "client - server TTFT"), ("cpu_us_chunk", "client CPU per chunk")):
-            peers = {n: r[key] for n, r in at.items() if n != "kvscope"}
+            peers = {n: r[key] for n, r in at.items() if n not in NOT_PEERS}
             best = min(peers.items(), key=lambda kv: abs(kv[1])) if peers else None
             ahead = best is None or abs(ours[key]) < abs(best[1])
             out.append(
@@ -189,13 +197,32 @@ def verdict(rows: list[tuple[str, int, dict]]) -> list[str]:
                 + (f" vs best peer {best[0]} {best[1]:.0f}" if best else "")
                 + (": ahead" if ahead else ": NOT ahead")
             )
+        cpu = ours["cpu_us_chunk"]
+        if "bare-readline" in at:
+            ratio = cpu / at["bare-readline"]["cpu_us_chunk"]
+            out.append(
+                f"- {streams} streams, CPU per chunk over the bare read loop's: {ratio:.2f}x "
+                f"(target <= {FLOOR_RATIO:g}x: {'met' if ratio <= FLOOR_RATIO else 'NOT met'})"
+            )
+        if streams == 256:
+            out.append(
+                f"- 256 streams, kvscope's client CPU per chunk {cpu:.1f} us "
+                f"(target <= {CPU_TARGET_US:g}: {'met' if cpu <= CPU_TARGET_US else 'NOT met'})"
+            )
+        if "kvscope-baseline" in at:
+            base = at["kvscope-baseline"]
+            out.append(
+                f"- {streams} streams, against the baseline checkout: client - server TTFT "
+                f"{ours['gap_ms']:+.0f} vs {base['gap_ms']:+.0f} ms, CPU per chunk {cpu:.1f} vs "
+                f"{base['cpu_us_chunk']:.1f} us"
+            )
     return out
 
 
-def _skipped(name: str, skipped: list[str]) -> bool:
-    missing = CLIENTS[name].missing()
+def _skipped(client: Client, skipped: list[str]) -> bool:
+    missing = client.missing()
     if missing:
-        skipped.append(f"{name}: {missing}")
+        skipped.append(f"{client.name}: {missing}")
     return bool(missing)
 
 
@@ -203,10 +230,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", default="64,256")
     ap.add_argument("--seconds", type=float, default=WARM_S + WINDOW_S + 5.0)
-    ap.add_argument("--clients", default=",".join(CLIENTS), help="which clients (default: all available)")
+    ap.add_argument(
+        "--clients",
+        default=",".join(CLIENTS),
+        help=f"which clients, of {', '.join(CLIENTS)} (default: all; AIPerf and GuideLLM only "
+        "where `make bench-peers` installed them)",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="runs of each client per load; medians shown")
     ap.add_argument("--out", help="also write the markdown here")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of kvscope (an earlier commit): adds its kvscope as the row "
+        "kvscope-baseline, for a before/after in one run",
+    )
     args = ap.parse_args(argv)
+    clients = dict(CLIENTS)
+    if args.baseline:
+        if not (args.baseline / "harness" / "cli").is_dir():
+            ap.error(f"--baseline {args.baseline}: not a kvscope checkout (no harness/cli)")
+        clients["kvscope-baseline"] = kvscope_from(args.baseline.resolve())
+    wanted = args.clients.split(",") + (["kvscope-baseline"] if args.baseline else [])
+    if unknown := [n for n in wanted if n not in clients]:
+        ap.error(f"unknown client(s) {', '.join(unknown)}; known: {', '.join(clients)}")
     started, t0 = machine().line(), time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="kvscope-peers-"))
     port = free_port()
@@ -220,14 +266,14 @@ def main(argv: list[str] | None = None) -> int:
         ok, reason = wait_http(url + "/health", 180.0)
         if not ok:
             raise SystemExit(f"the simulated server did not start: {reason}")
-        names = [n for n in args.clients.split(",") if not _skipped(n, skipped)]
+        names = [n for n in wanted if not _skipped(clients[n], skipped)]
         for streams in (int(s) for s in args.streams.split(",")):
             runs: dict[str, list[dict]] = {n: [] for n in names}
             for rep in range(args.repeats):  # every client at one load in turn, then again
                 for name in names:
                     print(f"[peers] {name} at {streams} streams ({rep + 1}/{args.repeats})", file=sys.stderr)
                     work_dir = work / f"{name}-{streams}-{rep}"
-                    runs[name].append(measure(CLIENTS[name], url, streams, args.seconds, work_dir))
+                    runs[name].append(measure(clients[name], url, streams, args.seconds, work_dir))
             rows += [(name, streams, median_run(runs[name])) for name in names]
     finally:
         os.killpg(server.pid, signal.SIGTERM)

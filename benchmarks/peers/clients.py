@@ -36,6 +36,7 @@ class Client:
     parse: Callable[[Path], Result]
     missing: Callable[[], str | None] = lambda: None
     not_client: tuple[str, ...] = field(default_factory=tuple)  # command-line marks of non-client children
+    cwd: Path = ROOT  # where it runs (another checkout's kvscope runs from that checkout)
 
 
 def _records(path: Path) -> Result:
@@ -90,10 +91,32 @@ def _aiohttp(url: str, model: str, streams: int, seconds: float, work: Path):
     ], {"PYTHONPATH": str(ROOT)}  # fmt: skip
 
 
+def _bare(url: str, model: str, streams: int, seconds: float, work: Path):
+    return [
+        sys.executable, "-m", "benchmarks.peers.bare_readline", "--url", url, "--model", model,
+        "--streams", str(streams), "--duration", f"{seconds:g}", "--prompt-words", str(PROMPT_WORDS),
+        "--max-tokens", str(MAX_TOKENS), "--out", str(work / "records.jsonl"),
+    ], {"PYTHONPATH": str(ROOT)}  # fmt: skip
+
+
+def kvscope_from(checkout: Path) -> Client:
+    """kvscope as another checkout of it has it (an earlier commit, for a before/after row in
+    the same run): its own `harness` and `loadtests`, this environment's packages."""
+
+    def command(url: str, model: str, streams: int, seconds: float, work: Path):
+        argv, _ = _kvscope(url, model, streams, seconds, work)
+        return argv, {"PYTHONPATH": str(checkout)}
+
+    return Client(
+        "kvscope-baseline", command, _kvscope_result, not_client=("harness.cli exporter",), cwd=checkout
+    )
+
+
 CLIENTS: dict[str, Client] = {
     c.name: c
     for c in (
         Client("kvscope", _kvscope, _kvscope_result, not_client=("harness.cli exporter",)),
+        Client("bare-readline", _bare, lambda w: _records(w / "records.jsonl")),
         Client("locust-readline", _locust, lambda w: _records(w / "records.jsonl")),
         Client("asyncio-aiohttp", _aiohttp, lambda w: _records(w / "records.jsonl")),
         Client("aiperf", external.aiperf_command, external.aiperf_result, external.missing("aiperf")),

@@ -13,8 +13,9 @@ Why it looks the way it does:
   it, and this class fires its own events instead — "TTFT <endpoint>" and "E2E <endpoint>"
   (failures under E2E with their error class) — so the web UI and CSVs show real figures
   and the E2E rows count every request exactly once.
-- The body is read with `stream.readline(b"\\n")` (see `harness.workload.sse`), and the request
-  asks for `Accept-Encoding: identity`: a compressed event stream would arrive in bursts.
+- The body is read a socket read at a time (`harness.load.stream_body`, the SSE fast path:
+  `harness.workload.sse_blocks`), and the request asks for `Accept-Encoding: identity`: a
+  compressed event stream would arrive in bursts.
 - Subclasses (the workloads in `loadtests/`) only say *what* to send: `next_request()`,
   or `offsets()` + `request_for_slot()` for open-loop schedules.
 
@@ -35,6 +36,7 @@ from locust import FastHttpUser, events, task
 
 from harness.load.context import RunContext, ServerInfo, context, install
 from harness.load.stale import closed_before_response, drop_pooled_connections, finish_body
+from harness.load.stream_body import read_stream
 from harness.workload.arrivals import ArrivalSchedule, Slot, make_offsets
 from harness.workload.calibration import PROBE_SEEDS, PROBE_WORDS, Calibration, fit
 from harness.workload.fingerprint import record_columns
@@ -42,7 +44,7 @@ from harness.workload.options import add_to_parser, options_for
 from harness.workload.prompts import seeded_text
 from harness.workload.record import RequestRecord, classify_exception, http_error_class
 from harness.workload.request_spec import PATHS, RequestSpec, body
-from harness.workload.sse import StreamState, consume, finish
+from harness.workload.sse import StreamState, finish
 from harness.workload.trace_context import traceparent
 
 install(events)
@@ -268,7 +270,7 @@ class LLMUser(FastHttpUser):
             return
         state = StreamState(start=start)
         try:
-            consume(resp.stream.readline, time.perf_counter, state, rec)
+            read_stream(resp.stream, time.perf_counter, state, rec, self.ctx.opts.request_timeout)
         except Exception as exc:
             state.end = time.perf_counter()
             rec.set_error(classify_exception(exc, during_stream=True), repr(exc))

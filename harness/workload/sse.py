@@ -10,19 +10,24 @@ Each line is stamped right after it is read, before JSON decoding, so parsing co
 leak into the latency figures. Decoding is msgspec's (about four times json's speed on a
 chunk): it is the load generator's hottest line, once per streamed token. Pure: no Locust
 import, works on any `readline(sep)` callable.
+
+The load generator itself reads a socket read at a time (`harness.load.stream_body`, into
+`sse_blocks`: the same rules, cheaper per chunk); this line reader is the reference that path
+is tested against, and what reads a response without geventhttpclient's parser state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
 from harness.workload.llamacpp_timings import SOURCE, as_server_timing
 from harness.workload.record import RequestRecord
 
-_DATA = b"data:"
+DATA = b"data:"
 _DONE = b"[DONE]"
 _decode = msgspec.json.Decoder().decode  # raises msgspec.DecodeError, a ValueError
 
@@ -96,22 +101,39 @@ def consume(
         now = clock()
         if not line:
             break
-        if not line.startswith(_DATA):
+        if not line.startswith(DATA):
             continue  # blank separator, comment (":"), or event:/id:/retry: fields
-        payload = line[len(_DATA) :].strip()
-        if payload == _DONE:
-            state.done = True
+        if take_data(line, now, state, rec):
             break
-        try:
-            chunk = _decode(payload)
-        except ValueError:
-            state.error = f"malformed SSE data: {payload[:80]!r}"
-            break
-        if isinstance(chunk, dict):
-            apply_chunk(state, rec, chunk, now)
-            if state.error:
-                break
     state.end = clock()
+
+
+def _apply_dict(state: StreamState, rec: RequestRecord, chunk: Any, now: float) -> None:
+    if isinstance(chunk, dict):
+        apply_chunk(state, rec, chunk, now)
+
+
+def take_data(
+    line: bytes,
+    now: float,
+    state: StreamState,
+    rec: RequestRecord,
+    decode: Callable[[bytes], Any] = _decode,
+    apply: Callable[[StreamState, RequestRecord, Any, float], None] = _apply_dict,
+) -> bool:
+    """One `data:` line; True when the reader should stop ([DONE], malformed JSON, an error
+    event). `decode` raises ValueError on malformed JSON; `apply` ignores what is not a chunk."""
+    payload = line[len(DATA) :].strip()
+    if payload == _DONE:
+        state.done = True
+        return True
+    try:
+        chunk = decode(payload)
+    except ValueError:
+        state.error = f"malformed SSE data: {bytes(payload[:80])!r}"
+        return True
+    apply(state, rec, chunk, now)
+    return state.error is not None
 
 
 def finish(state: StreamState, rec: RequestRecord) -> None:

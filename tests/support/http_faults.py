@@ -9,7 +9,10 @@ and /v1/completions (GET /health, /v1/models and /metrics always answer):
   client loses against llama-server's 5 s keep-alive timeout (the server closed just as
   the request went out), made deterministic;
 - hang: reads the request and never answers;
-- drop: sends the headers and part of the body, then closes (bytes arrived: not retryable).
+- drop: sends the headers and part of the body, then closes (bytes arrived: not retryable);
+- stall: streams (chunked) the first two events, then sends nothing more;
+- trickle: streams (chunked) every event TRICKLE_S after the one before, the whole answer
+  taking longer than a short --request-timeout while no single wait does.
 
 Written on asyncio streams rather than aiohttp, because aiohttp's server cannot close a
 connection on a request's arrival without answering.
@@ -23,6 +26,7 @@ import sys
 import time
 
 IDLE_S = 0.3
+TRICKLE_S = 0.4
 MODEL = "faults"
 
 
@@ -35,6 +39,22 @@ def _sse(chat: bool) -> bytes:
     events = [chunk(f"t{i} ", "length" if i == 4 else None) for i in range(5)]
     events.append({"id": "x", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 5}})
     return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+
+
+def _events(chat: bool) -> list[bytes]:
+    return [event + b"\n\n" for event in _sse(chat).split(b"\n\n") if event]
+
+
+async def _stream(
+    writer: asyncio.StreamWriter, events: list[bytes], pause_s: float, end: bool = True
+) -> None:
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for event in events:
+        writer.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+        await writer.drain()
+        await asyncio.sleep(pause_s)
+    if end:
+        writer.write(b"0\r\n\r\n")
 
 
 def _response(status: str, body: bytes, ctype: str) -> bytes:
@@ -70,6 +90,11 @@ def make_handler(mode: str):
                     break  # closed without a byte: the idle timeout won the race
                 elif mode == "hang":
                     await asyncio.sleep(3600)
+                elif mode == "stall":
+                    await _stream(writer, _events(path.endswith("chat/completions"))[:2], 0.0, end=False)
+                    await asyncio.sleep(3600)
+                elif mode == "trickle":
+                    await _stream(writer, _events(path.endswith("chat/completions")), TRICKLE_S)
                 elif mode == "drop":
                     full = _response("200 OK", _sse(path.endswith("chat/completions")), "text/event-stream")
                     writer.write(full[: len(full) // 2])

@@ -1,7 +1,8 @@
 """Connection-level failures as `kvscope run` records them (tests/support/http_faults.py): a
 keep-alive connection the server closed before answering is retried once on a fresh one and
 counted in `retries`, not failed; one that drops after bytes arrived stays a stream error; a
-server that never answers gives `timeout` records, never `client_error`."""
+server that never answers, or stops mid-stream, gives `timeout` records, never
+`client_error`; one that keeps sending, however slowly, is waited for."""
 
 from __future__ import annotations
 
@@ -52,3 +53,26 @@ def test_a_hanging_server_gives_timeout_records(tmp_path):
     requests = bundle.requests
     assert len(requests) >= 4 and set(requests["error_class"]) == {"timeout"}, requests["error_message"]
     assert (requests["e2e_s"] >= 0.9).all() and (requests["retries"] == 0).all()
+
+
+def test_a_stream_that_stops_mid_way_times_out_after_the_request_timeout(tmp_path):
+    rc, log, bundle = run_against(
+        tmp_path, "stall", "--users", "2", "--duration", "3s", "--request-timeout", "1"
+    )
+    assert rc == Exit.ERRORS, log
+    requests = bundle.requests
+    assert len(requests) >= 4 and set(requests["error_class"]) == {"timeout"}, requests["error_message"]
+    assert requests["ttft_s"].notna().all()  # the first events were read and timed
+    # a second of silence after the last byte, then the record: no sooner, and not much later
+    assert (requests["e2e_s"] >= 0.95).all() and (requests["e2e_s"] < 2.5).all(), requests["e2e_s"]
+
+
+def test_a_slow_stream_that_keeps_sending_is_not_timed_out(tmp_path):
+    """Seven events 0.4 s apart take 2.8 s: past a 1 s --request-timeout in all, never in one wait."""
+    rc, log, bundle = run_against(
+        tmp_path, "trickle", "--users", "2", "--duration", "2s", "--request-timeout", "1"
+    )
+    assert rc == 0, log
+    requests = bundle.requests
+    assert len(requests) >= 2 and requests["ok"].all(), requests[["error_class", "error_message"]]
+    assert (requests["e2e_s"] >= 2.4).all() and (requests["output_tokens"] == 5).all()
