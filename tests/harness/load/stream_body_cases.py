@@ -112,3 +112,36 @@ def test_a_connection_closed_mid_stream_is_an_error_not_a_hang(cut: int) -> None
         read_stream(resp, time.perf_counter, state, rec, 5.0)
     assert not isinstance(raised.value, gevent.Timeout)
     assert client.fileno() == -1
+
+
+def test_a_tls_stream_is_read_through_its_own_recv(tmp_path) -> None:
+    """TLS bytes must be decrypted: the reader uses the SSL socket's recv, same record."""
+    import subprocess
+
+    import gevent.ssl
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server_ctx = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_verify_locations(cert)
+    plain_server, plain_client = gevent.socket.socketpair()
+    events = _events()
+
+    def serve() -> None:
+        _serve(server_ctx.wrap_socket(plain_server, server_side=True), events, 0.0)
+
+    writer = gevent.spawn(serve)
+    client = client_ctx.wrap_socket(plain_client, server_hostname="localhost")
+    assert type(client) is not gevent.socket.socket
+    resp = HTTPSocketResponse(client)
+    state, rec = StreamState(start=time.perf_counter()), RequestRecord("w-1", "w", "chat", "chat", 0.0)
+    read_stream(resp, time.perf_counter, state, rec, 5.0)
+    finish(state, rec)
+    writer.join(5)
+    assert rec.ok and rec.num_chunks == 12 and rec.output_tokens == 12 and state.done
