@@ -2,7 +2,7 @@
 orchestrator, the Locust master, the Locust worker; the sidecar apart), per streamed chunk,
 and optionally a py-spy profile of the worker over the same steady window.
 
-    python -m benchmarks.profile_worker [--streams 256] [--py-spy worker.speedscope.json]
+    python -m benchmarks.profile_worker [--streams 256] [--rounds 3] [--py-spy worker.speedscope.json]
 
 The server and the request are `benchmarks/peer_clients.py`'s (the simulated 70B on 8 x
 H100, 128-word completions, 128 tokens out, one token per chunk). py-spy samples with
@@ -25,11 +25,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine_info import machine  # noqa: E402
 from benchmarks.peer_clients import MODEL, SIM_FLAGS, WARM_S, WINDOW_S, counters, wait_for_load  # noqa: E402
 from benchmarks.peers.clients import CLIENTS  # noqa: E402
 from harness.run.commands import engine_command  # noqa: E402
@@ -78,38 +80,24 @@ def top_frames(path: Path, n: int) -> list[tuple[str, float]]:
     return [(name, c / max(1, total)) for name, c in counts.most_common(n)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--streams", type=int, default=256)
-    ap.add_argument("--py-spy", type=Path, help="record the worker into this speedscope file")
-    ap.add_argument("--top", type=int, default=25, help="with --py-spy: print the N hottest functions")
-    args = ap.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="kvscope-profile-"))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(work / "server.log", "wb")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(engine_command(None, list(SIM_FLAGS), port), cwd=ROOT, stdout=log,
-                              stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    client = None
+def one_round(url: str, streams: int, work: Path, py_spy: Path | None) -> tuple[dict[str, float], float]:
+    """One kvscope run at `streams`: (CPU seconds per process role, chunks) over its window."""
+    argv, env = CLIENTS["kvscope"].command(url, MODEL, streams, WARM_S + WINDOW_S + 5.0, work)
+    start = counters(url)
+    client = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
-        ok, reason = wait_http(url + "/health", 180.0)
-        if not ok:
-            raise SystemExit(f"the simulated server did not start: {reason}")
-        argv_, env = CLIENTS["kvscope"].command(url, MODEL, args.streams, WARM_S + WINDOW_S + 5.0, work)
-        start = counters(url)
-        client = subprocess.Popen(argv_, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         if not wait_for_load(url, start.generated, client):
             raise SystemExit("the client put no load on the server")
         time.sleep(WARM_S)
         spy = None
-        if args.py_spy:
+        if py_spy is not None:
             worker = next(
                 p for p in psutil.Process(client.pid).children(recursive=True) if role(p) == "worker"
             )
             spy_argv = [
                 "py-spy", "record", "--nonblocking", "--rate", "250", "--format", "speedscope",
-                "--duration", f"{WINDOW_S:.0f}", "--pid", str(worker.pid), "--output", str(args.py_spy),
+                "--duration", f"{WINDOW_S:.0f}", "--pid", str(worker.pid), "--output", str(py_spy),
             ]  # fmt: skip
             spy = subprocess.Popen(spy_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         c1, g1 = cpu_by_role(client.pid), counters(url).generated
@@ -119,23 +107,70 @@ def main(argv: list[str] | None = None) -> int:
             spy.wait(60)
         client.wait(120)
     finally:
-        for proc in (client, server):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(30)
+        if client.poll() is None:
+            os.killpg(client.pid, signal.SIGTERM)
+            client.wait(30)
+    used = {name: c2.get(name, 0.0) - c1.get(name, 0.0) for name, _ in ROLES}
+    return used, max(1.0, g2 - g1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=3, help="runs against the same server; medians shown")
+    ap.add_argument(
+        "--py-spy", type=Path, help="record the worker of the last round into this speedscope file"
+    )
+    ap.add_argument("--top", type=int, default=25, help="with --py-spy: print the N hottest functions")
+    args = ap.parse_args(argv)
+    if args.py_spy and shutil.which("py-spy") is None:
+        ap.error("--py-spy: py-spy is not installed (pip install py-spy)")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    started = machine().line()
+    work = Path(tempfile.mkdtemp(prefix="kvscope-profile-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(work / "server.log", "wb")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(engine_command(None, list(SIM_FLAGS), port), cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    rounds = []
+    try:
+        ok, reason = wait_http(url + "/health", 180.0)
+        if not ok:
+            raise SystemExit(f"the simulated server did not start: {reason}")
+        for i in range(args.rounds):
+            print(f"[profile] round {i + 1}/{args.rounds}", file=sys.stderr)
+            spy = args.py_spy if i == args.rounds - 1 else None
+            rounds.append(one_round(url, args.streams, work / f"round{i}", spy))
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(30)
         log.close()
         shutil.rmtree(work, ignore_errors=True)
-    chunks = max(1.0, g2 - g1)
-    print(f"{args.streams} streams, {chunks:,.0f} chunks in {WINDOW_S:.0f} s ({chunks / WINDOW_S:,.0f}/s)")
-    for name, _ in ROLES:
-        used = c2.get(name, 0.0) - c1.get(name, 0.0)
-        print(f"  {name:12s} {used / chunks * 1e6:6.1f} us / chunk  ({used / WINDOW_S:.0%} of a core)")
-    client_cpu = sum(c2.get(n, 0.0) - c1.get(n, 0.0) for n, _ in ROLES if n != "exporter")
-    print(f"  {'client':12s} {client_cpu / chunks * 1e6:6.1f} us / chunk (everything but the exporter)")
+    per_chunk = {name: [used[name] / chunks * 1e6 for used, chunks in rounds] for name, _ in ROLES}
+    per_chunk["client"] = [
+        sum(u for n, u in used.items() if n != "exporter") / chunks * 1e6 for used, chunks in rounds
+    ]
+    rate = float(np.median([chunks for _, chunks in rounds])) / WINDOW_S
+    print(f"Command: `python -m benchmarks.profile_worker --streams {args.streams} --rounds {args.rounds}`. "
+          f"Machine: {started}.")  # fmt: skip
+    print()
+    print(f"{args.streams} streams, {rate:,.0f} chunks/s in each {WINDOW_S:.0f} s window; CPU per chunk, "
+          f"the median of {args.rounds} runs (lowest - highest):")  # fmt: skip
+    print()
+    print("| process | CPU us / chunk | range |")
+    print("|---|---|---|")
+    for name, label in [(n, n) for n, _ in ROLES] + [("client", "client (all but the exporter)")]:
+        values = per_chunk[name]
+        print(f"| {label} | {float(np.median(values)):.1f} | {min(values):.1f} - {max(values):.1f} |")
     if args.py_spy and args.py_spy.exists():
-        print(f"worker profile: {args.py_spy}; hottest functions by self time:")
+        print()
+        print(f"Worker profile of the last round: {args.py_spy}; the hottest functions by self time:")
+        print()
         for name, share in top_frames(args.py_spy, args.top):
-            print(f"  {share:6.1%}  {name}")
+            print(f"- {share:.1%} `{name}`")
     return 0
 
 

@@ -121,6 +121,18 @@ BENCHES = (
         "--duration",
         "15s",
     ),
+    _module(
+        "sse_decode",
+        "Load generator: decoding a streamed chunk, and the per-chunk path (reference vs fast)",
+        "benchmarks.sse_decode",
+        120,
+    ),
+    _module(
+        "worker_profile",
+        "Load generator: client CPU per chunk at 256 streams, by process (target <= 20 us)",
+        "benchmarks.profile_worker",
+        240,
+    ),
     # Ten 20-second Locust runs by default; it gets what the rest of the budget leaves.
     _script(
         "harness_client_capacity",

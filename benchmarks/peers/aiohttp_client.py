@@ -14,7 +14,7 @@ import time
 
 import aiohttp
 
-from benchmarks.peers.request import Reading, body
+from benchmarks.peers.request import Reading, body, client_args
 
 
 async def one(session: aiohttp.ClientSession, url: str, payload: bytes, out) -> None:
@@ -49,15 +49,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--url", required=True)
-    p.add_argument("--model", default="default")
-    p.add_argument("--streams", type=int, default=64)
-    p.add_argument("--duration", type=float, default=20.0)
-    p.add_argument("--prompt-words", type=int, default=128)
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--out", required=True)
-    asyncio.run(main_async(p.parse_args()))
+    asyncio.run(main_async(client_args(__doc__.splitlines()[0])))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import time  # noqa: E402
@@ -25,13 +24,13 @@ from urllib.parse import urlsplit  # noqa: E402
 import gevent  # noqa: E402
 from geventhttpclient import HTTPClient  # noqa: E402
 
-from benchmarks.peers.request import body  # noqa: E402
+from benchmarks.peers.request import body, client_args  # noqa: E402
 
 HEADERS = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
 DATA, DONE = b"data:", b"data: [DONE]\n"
 
 
-def stream_loop(client: HTTPClient, args: argparse.Namespace, deadline: float, out: list) -> None:
+def stream_loop(client: HTTPClient, args, deadline: float, out: list) -> None:
     rng = random.Random()
     while time.perf_counter() < deadline:
         payload = body(args.model, args.prompt_words, args.max_tokens, rng)
@@ -54,15 +53,7 @@ def stream_loop(client: HTTPClient, args: argparse.Namespace, deadline: float, o
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--url", required=True)
-    p.add_argument("--model", default="default")
-    p.add_argument("--streams", type=int, default=64)
-    p.add_argument("--duration", type=float, default=20.0)
-    p.add_argument("--prompt-words", type=int, default=128)
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
+    args = client_args(__doc__.splitlines()[0])
     url = urlsplit(args.url)
     client = HTTPClient(url.hostname, url.port, concurrency=args.streams, network_timeout=300.0,
                         connection_timeout=10.0)  # fmt: skip

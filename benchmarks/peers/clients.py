@@ -83,20 +83,17 @@ def _locust(url: str, model: str, streams: int, seconds: float, work: Path):
     return argv, env
 
 
-def _aiohttp(url: str, model: str, streams: int, seconds: float, work: Path):
-    return [
-        sys.executable, "-m", "benchmarks.peers.aiohttp_client", "--url", url, "--model", model,
-        "--streams", str(streams), "--duration", f"{seconds:g}", "--prompt-words", str(PROMPT_WORDS),
-        "--max-tokens", str(MAX_TOKENS), "--out", str(work / "records.jsonl"),
-    ], {"PYTHONPATH": str(ROOT)}  # fmt: skip
+def own_client(module: str) -> Command:
+    """The command of a client written here (`benchmarks.peers.<module>`, `request.client_args`)."""
 
+    def command(url: str, model: str, streams: int, seconds: float, work: Path):
+        return [
+            sys.executable, "-m", f"benchmarks.peers.{module}", "--url", url, "--model", model,
+            "--streams", str(streams), "--duration", f"{seconds:g}", "--prompt-words", str(PROMPT_WORDS),
+            "--max-tokens", str(MAX_TOKENS), "--out", str(work / "records.jsonl"),
+        ], {"PYTHONPATH": str(ROOT)}  # fmt: skip
 
-def _bare(url: str, model: str, streams: int, seconds: float, work: Path):
-    return [
-        sys.executable, "-m", "benchmarks.peers.bare_readline", "--url", url, "--model", model,
-        "--streams", str(streams), "--duration", f"{seconds:g}", "--prompt-words", str(PROMPT_WORDS),
-        "--max-tokens", str(MAX_TOKENS), "--out", str(work / "records.jsonl"),
-    ], {"PYTHONPATH": str(ROOT)}  # fmt: skip
+    return command
 
 
 def kvscope_from(checkout: Path) -> Client:
@@ -116,9 +113,9 @@ CLIENTS: dict[str, Client] = {
     c.name: c
     for c in (
         Client("kvscope", _kvscope, _kvscope_result, not_client=("harness.cli exporter",)),
-        Client("bare-readline", _bare, lambda w: _records(w / "records.jsonl")),
+        Client("bare-readline", own_client("bare_readline"), lambda w: _records(w / "records.jsonl")),
         Client("locust-readline", _locust, lambda w: _records(w / "records.jsonl")),
-        Client("asyncio-aiohttp", _aiohttp, lambda w: _records(w / "records.jsonl")),
+        Client("asyncio-aiohttp", own_client("aiohttp_client"), lambda w: _records(w / "records.jsonl")),
         Client("aiperf", external.aiperf_command, external.aiperf_result, external.missing("aiperf")),
         Client("guidellm", external.guidellm_command, external.guidellm_result, external.missing("guidellm")),
     )

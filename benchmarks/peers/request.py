@@ -9,6 +9,7 @@ engine's `kvscope` timing object in the last chunk).
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from dataclasses import dataclass, field
@@ -84,3 +85,16 @@ class Reading:
 
     def record(self, ok: bool) -> str:
         return record(self.start, self.stamps, self.tokens, self.server_ttft, ok)
+
+
+def client_args(description: str) -> argparse.Namespace:
+    """The command line every own-design client takes (clients.py builds it: `own_client`)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--url", required=True)
+    p.add_argument("--model", default="default")
+    p.add_argument("--streams", type=int, default=64)
+    p.add_argument("--duration", type=float, default=20.0)
+    p.add_argument("--prompt-words", type=int, default=128)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--out", required=True)
+    return p.parse_args()
