@@ -244,6 +244,11 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         raise ConfigError("--users must be at least 1, --workers and --remote-workers at least 0")
     if args.workers + args.remote_workers < 1:
         raise ConfigError("need at least one worker (--workers or --remote-workers)")
+    request_timeout = float(args.request_timeout) if args.request_timeout is not None else REQUEST_TIMEOUT_S
+    if not 0 < request_timeout < math.inf:
+        raise ConfigError(
+            f"--request-timeout must be a positive number of seconds, got {args.request_timeout}"
+        )
     engine = bundled_engine_argv(args)
     target = target_url(args.target)
     if target and args.model:
@@ -289,7 +294,7 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         workload_argv=forwarded,
         engine_argv=engine,
         drain_timeout_s=float(args.drain_timeout or DRAIN_TIMEOUT_S),
-        request_timeout_s=float(args.request_timeout or REQUEST_TIMEOUT_S),
+        request_timeout_s=request_timeout,
         startup_timeout_s=args.startup_timeout,
         progress=not args.quiet,
         api_key=api_key(args),

@@ -121,3 +121,19 @@ def test_a_stated_llamacpp_kv_layout_reaches_the_exporter(tmp_path) -> None:
     assert "--llamacpp-kv-layout" not in exporter_command(plain, "http://h:1", 9, tmp_path)
     with pytest.raises(ConfigError, match="llama-server --target"):
         from_args(parse(["run", "--workload", "chat", "--llamacpp-kv-layout", "unified"]))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
+def test_a_request_timeout_that_is_not_a_positive_number_is_refused(value: str) -> None:
+    """The load generator arms one idle timer per request from it: zero, negative, infinite or
+    NaN seconds would time out at once or never."""
+    from harness.cli import build_parser
+    from harness.run.config import ConfigError, from_args
+
+    parse = build_parser().parse_args
+
+    with pytest.raises(ConfigError, match="--request-timeout must be a positive number"):
+        from_args(parse(["run", "--workload", "chat", "--request-timeout", value]))
+    assert (
+        from_args(parse(["run", "--workload", "chat", "--request-timeout", "2.5"])).request_timeout_s == 2.5
+    )
