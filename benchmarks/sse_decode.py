@@ -30,8 +30,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.machine_info import machine  # noqa: E402
 from harness.workload.record import RequestRecord  # noqa: E402
 from harness.workload.sse import StreamState, consume, finish  # noqa: E402
-from harness.workload.sse_blocks import decode as typed_decode  # noqa: E402
-from harness.workload.sse_blocks import take_lines  # noqa: E402
+from harness.workload.sse_blocks import Chunk, take_lines  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 SAMPLES = {
@@ -62,7 +61,7 @@ def decoders() -> dict[str, Callable[[bytes], object]]:
     out: dict[str, Callable[[bytes], object]] = {
         "json.loads": json.loads,
         "msgspec, to a dict": msgspec.json.Decoder().decode,
-        "msgspec, typed (kvscope)": typed_decode,
+        "msgspec, typed (kvscope)": msgspec.json.Decoder(Chunk).decode,
     }
     try:
         import orjson

@@ -117,8 +117,8 @@ def _read_body(resp: Any, sock: Any, buf: bytearray, clock: Callable[[], float],
     raw = type(sock) is gevent.socket.socket
     hub = gevent.get_hub()
     fd = sock.fileno()
-    watcher = hub.loop.io(fd, 1)
-    if raw:
+    watcher = hub.loop.io(fd, 1) if raw else None
+    if watcher is not None:
         # Level-triggered: fires (switching to this greenlet) whenever unread bytes are there
         # and this greenlet waits in `hub.switch()`; it never waits anywhere else in this loop.
         watcher.start(gevent.getcurrent().switch)
@@ -142,5 +142,6 @@ def _read_body(resp: Any, sock: Any, buf: bytearray, clock: Callable[[], float],
             if raw and len(data) < size:
                 wait()  # the kernel had no more: read again once it has
     finally:
-        watcher.stop()
-        watcher.close()
+        if watcher is not None:
+            watcher.stop()
+            watcher.close()

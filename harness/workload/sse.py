@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
@@ -108,31 +107,20 @@ def consume(
     state.end = clock()
 
 
-def _apply_dict(state: StreamState, rec: RequestRecord, chunk: Any, now: float) -> None:
-    if isinstance(chunk, dict):
-        apply_chunk(state, rec, chunk, now)
-
-
-def take_data(
-    line: bytes,
-    now: float,
-    state: StreamState,
-    rec: RequestRecord,
-    decode: Callable[[bytes], Any] = _decode,
-    apply: Callable[[StreamState, RequestRecord, Any, float], None] = _apply_dict,
-) -> bool:
+def take_data(line: bytes, now: float, state: StreamState, rec: RequestRecord) -> bool:
     """One `data:` line; True when the reader should stop ([DONE], malformed JSON, an error
-    event). `decode` raises ValueError on malformed JSON; `apply` ignores what is not a chunk."""
+    event)."""
     payload = line[len(DATA) :].strip()
     if payload == _DONE:
         state.done = True
         return True
     try:
-        chunk = decode(payload)
+        chunk = _decode(payload)
     except ValueError:
         state.error = f"malformed SSE data: {bytes(payload[:80])!r}"
         return True
-    apply(state, rec, chunk, now)
+    if isinstance(chunk, dict):
+        apply_chunk(state, rec, chunk, now)
     return state.error is not None
 
 

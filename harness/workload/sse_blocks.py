@@ -17,8 +17,9 @@ decoded and applied.
 
 Same records as the reference (`sse.consume`, every chunk decoded to a dict and applied by
 `sse.apply_chunk`): a test replays recorded stream bytes through both. A chunk the structs do
-not describe (an `index` that is not an integer, a list where an object belongs) is decoded
-again as a dict and applied by `apply_chunk`, so an odd server costs speed, never a field.
+not describe (an `index` that is not an integer, a list where an object belongs) is read by
+the reference's own line handling (`sse.take_data`: a dict, `apply_chunk`), so an odd server
+costs speed, never a field.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import msgspec
 
 from harness.workload.llamacpp_timings import SOURCE, as_server_timing
 from harness.workload.record import RequestRecord
-from harness.workload.sse import DATA, StreamState, apply_chunk, take_data
+from harness.workload.sse import DATA, StreamState, take_data
 
 _NEWLINE = b"\n"
 _SKIP = len(DATA)
@@ -57,23 +58,10 @@ class Chunk(msgspec.Struct, gc=False):
 
 
 _typed = msgspec.json.Decoder(Chunk).decode
-_untyped = msgspec.json.Decoder().decode
 
 
-def decode(payload: bytes) -> Chunk | Any:
-    """A `Chunk`, or what the JSON is when it does not fit one; ValueError when it is not JSON."""
-    try:
-        return _typed(payload)
-    except msgspec.ValidationError:
-        return _untyped(payload)
-
-
-def apply(state: StreamState, rec: RequestRecord, chunk: Chunk | Any, now: float) -> None:
-    """`sse.apply_chunk` for a `Chunk` (the rules are documented there); dicts go to it."""
-    if type(chunk) is not Chunk:
-        if isinstance(chunk, dict):
-            apply_chunk(state, rec, chunk, now)
-        return
+def apply(state: StreamState, rec: RequestRecord, chunk: Chunk, now: float) -> None:
+    """`sse.apply_chunk` for a `Chunk` (the rules are documented there)."""
     choices = chunk.choices
     if chunk.error is not msgspec.UNSET and not choices:
         err = chunk.error
@@ -122,7 +110,7 @@ def take_lines(buf: bytearray, now: float, state: StreamState, rec: RequestRecor
         try:
             chunk = _typed(line[_SKIP:])
         except msgspec.DecodeError:  # ValidationError included: not a Chunk, or not JSON
-            if take_data(line, now, state, rec, decode, apply):
+            if take_data(line, now, state, rec):
                 return True
             continue
         apply(state, rec, chunk, now)

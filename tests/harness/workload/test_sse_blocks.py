@@ -12,11 +12,12 @@ import random
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from harness.workload.record import RequestRecord
 from harness.workload.sse import StreamState, consume, finish
-from harness.workload.sse_blocks import Chunk, decode, take_lines
+from harness.workload.sse_blocks import Chunk, take_lines
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 RECORDED = sorted((FIXTURES / "llamacpp").glob("*.sse")) + sorted((FIXTURES / "engine").glob("*.sse"))
@@ -186,7 +187,7 @@ def test_the_recorded_streams_are_there_and_take_the_typed_path() -> None:
     for path in RECORDED:
         for line in path.read_bytes().splitlines():
             if line.startswith(b"data: {"):
-                assert isinstance(decode(line[6:]), Chunk), (path.name, line[:120])
+                assert isinstance(msgspec.json.decode(line[6:], type=Chunk), Chunk), (path.name, line[:120])
 
 
 def test_a_record_is_complete_on_both_paths() -> None:
