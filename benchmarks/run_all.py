@@ -70,6 +70,12 @@ BENCHES = (
         90,
     ),
     _module(
+        "cpu_matmul_candidates",
+        "CPU matmul kernels torch has beyond the engine's formats: int4 and dynamic int8 against fp16",
+        "benchmarks.cpu_matmul_candidates",
+        90,
+    ),
+    _module(
         "decode_vs_llamacpp",
         "SmolLM2-135M decode beside llama.cpp's llama-server, one thread each: HTTP and in-process",
         "benchmarks.decode_vs_llamacpp",
