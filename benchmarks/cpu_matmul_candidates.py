@@ -2,7 +2,7 @@
 engine's fastest (fp16, fbgemm) on SmolLM2-135M's fused projection shapes and logits head,
 one thread: the evidence for why batch-1 decode has no cheaper format to switch to.
 
-Usage: python -m benchmarks.cpu_matmul_candidates [--batches 1,16] [--repeats 5]
+Usage: python -m benchmarks.cpu_matmul_candidates [--batches 1,16] [--repeats 7]
 
 Candidates:
 - int4, group 32 (`aten._weight_int4pack_mm_for_cpu`, torchao's int4 weight-only kernel on
@@ -13,7 +13,7 @@ Candidates:
   depend on its batch neighbours), and it needs torch's quantized-tensor API, which torch
   marks as deprecated.
 "Error" is the relative error of one projection's output against float32 (random weights and
-activations; real activations have outliers that make dynamic int8 worse, not better).
+activations; real activations have outliers, which one scale per call handles worse).
 """
 
 from __future__ import annotations
@@ -21,11 +21,14 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from benchmarks.weight_formats import FUSED, HIDDEN, INTER, LAYERS, VOCAB
 from reference_engine.model.fp16_linear import Fp16Linear
+from reference_engine.model.int8_linear import INT8_MAX
 
 INT4_GROUP = 32
 
@@ -54,7 +57,7 @@ class Int4Linear:
 
 class DynamicInt8Linear:
     def __init__(self, weight: torch.Tensor):
-        scale = (weight.abs().amax(dim=1) / 127).clamp_min(1e-8).double()
+        scale = (weight.abs().amax(dim=1) / INT8_MAX).clamp_min(1e-8).double()
         zero = torch.zeros(weight.shape[0], dtype=torch.long)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the quantized-tensor deprecation notice
@@ -65,11 +68,21 @@ class DynamicInt8Linear:
         return torch.ops.quantized.linear_dynamic(x, self.packed, True)  # reduce_range: AVX2 needs it
 
 
-KERNELS = {
-    "fp16 (the engine's --quantization fp16)": (Fp16Linear, 2.0),
-    "int4 g32, bfloat16 activations": (Int4Linear, 0.5 + 4 / INT4_GROUP),
-    "dynamic int8 (per-call activation scale)": (DynamicInt8Linear, 1.0),
-}
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    name: str
+    label: str  # the table's row name
+    make: Callable[[torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]
+    bytes_per_weight: float
+
+
+FP16 = Kernel("fp16", "fp16 (the engine's --quantization fp16)", Fp16Linear, 2.0)
+CANDIDATES = (
+    Kernel(
+        "int4 g32", "int4 g32, bfloat16 activations", Int4Linear, 0.5 + 4 / INT4_GROUP
+    ),  # + bf16 scale, zero
+    Kernel("dynamic int8", "dynamic int8 (per-call activation scale)", DynamicInt8Linear, 1.0),
+)
 
 
 def run_projections(mods: list, weights: list[torch.Tensor], xs: dict[int, torch.Tensor]) -> None:
@@ -99,7 +112,8 @@ def main() -> None:
     probe = torch.randn(4, HIDDEN, generator=gen)
     exact = probe @ weights[0].t()
     params = sum(w.numel() for w in weights) + head.numel()
-    built = {name: ([make(w) for w in weights], make(head)) for name, (make, _) in KERNELS.items()}
+    kernels = (FP16, *CANDIDATES)
+    built = {k.name: ([k.make(w) for w in weights], k.make(head)) for k in kernels}
     error = {name: float((mods[0](probe) - exact).norm() / exact.norm()) for name, (mods, _) in built.items()}
     best: dict[tuple[str, int, str], float] = {}
     batches = [int(b) for b in args.batches.split(",")]
@@ -118,21 +132,19 @@ def main() -> None:
     columns = ("kernel", "weight MB per step", "batch", "projections ms", "logits head ms", "total ms")
     print("| " + " | ".join((*columns, "vs fp16", "error")) + " |")
     print("|---|---|---|---|---|---|---|---|")
-    total = {(n, b): best[(n, b, "proj")] + best[(n, b, "head")] for n in KERNELS for b in batches}
-    fp16 = next(iter(KERNELS))
-    for name, (_, bytes_per_weight) in KERNELS.items():
+    total = {
+        (k.name, b): best[(k.name, b, "proj")] + best[(k.name, b, "head")] for k in kernels for b in batches
+    }
+    for k in kernels:
         for batch in batches:
-            proj, head_ms = best[(name, batch, "proj")], best[(name, batch, "head")]
+            proj, head_ms = best[(k.name, batch, "proj")], best[(k.name, batch, "head")]
             print(
-                f"| {name} | {params * bytes_per_weight / 1e6:.0f} | {batch} | {proj:.1f} "
-                f"| {head_ms:.1f} | {total[(name, batch)]:.1f} "
-                f"| {total[(fp16, batch)] / total[(name, batch)]:.2f}x | {error[name]:.4f} |"
+                f"| {k.label} | {params * k.bytes_per_weight / 1e6:.0f} | {batch} | {proj:.1f} "
+                f"| {head_ms:.1f} | {total[(k.name, batch)]:.1f} "
+                f"| {total[(FP16.name, batch)] / total[(k.name, batch)]:.2f}x | {error[k.name]:.4f} |"
             )
     b0 = batches[0]
-    speedups = ", ".join(
-        f"{name.split(' (')[0].split(',')[0]} {total[(fp16, b0)] / total[(name, b0)]:.2f}x"
-        for name in list(KERNELS)[1:]
-    )
+    speedups = ", ".join(f"{k.name} {total[(FP16.name, b0)] / total[(k.name, b0)]:.2f}x" for k in CANDIDATES)
     print(
         f"\nAt batch {b0}, against fp16: {speedups}. Neither is an engine format. torch's int4 kernel "
         "is not an AVX2 4-bit dot product like llama.cpp's: it moves a third of fp16's bytes but is not "

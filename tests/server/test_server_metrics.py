@@ -207,31 +207,21 @@ def test_kv_cache_metrics_expose_vllms_residency_histograms():
     machine reused each other's blocks and left the prefix cached)."""
     server = start(num_blocks=40, kv_cache_metrics=True, kv_cache_metrics_sample=1.0)
     try:
-        prefix = "You are a meticulous assistant. Answer in one short sentence. "  # 3 full blocks
-        for i in range(6):  # one after the other: requests 2-6 hit the prefix blocks again
+
+        def alone(prompt: str, max_tokens: int) -> None:
             run_concurrently(
                 server,
-                [
-                    dict(
-                        prompt=prefix + f"Q{i}?", max_tokens=8, temperature=0, extra_body={"ignore_eos": True}
-                    )
-                ],
+                [dict(prompt=prompt, max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True})],
             )
+
+        prefix = "You are a meticulous assistant. Answer in one short sentence. "  # 3 full blocks
+        for i in range(6):  # one after the other: requests 2-6 hit the prefix blocks again
+            alone(prefix + f"Q{i}?", 8)
         # 5 requests of 9 new blocks each (distinct from their first byte, so no prefix hits):
         # 45 allocations from a free queue of 39 blocks pop every block that was free before,
         # the prefix's included, since the blocks each request frees go to the queue's tail
         for i in range(5):
-            run_concurrently(
-                server,
-                [
-                    dict(
-                        prompt=f"{i} entirely different request. " * 4,
-                        max_tokens=16,
-                        temperature=0,
-                        extra_body={"ignore_eos": True},
-                    )
-                ],
-            )
+            alone(f"{i} entirely different request. " * 4, 16)
         text = scrape(server)
         families = {f.name: f for f in text_string_to_metric_families(text)}
         for name in (
