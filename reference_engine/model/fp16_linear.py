@@ -22,6 +22,10 @@ from torch import nn
 from reference_engine.model.projections import replace_projections
 
 KERNEL = "fbgemm fp16 GEMM, float32 activations"
+# The overload itself: calling the packet (`torch.ops.quantized.linear_dynamic_fp16`) makes
+# torch look, in Python, for fake script objects among the arguments on every call, which
+# costs more than a batch-1 projection's own arithmetic on small shapes.
+_LINEAR_FP16 = torch.ops.quantized.linear_dynamic_fp16.default
 
 
 class Fp16Linear(nn.Module):
@@ -37,8 +41,9 @@ class Fp16Linear(nn.Module):
         self.packed_bytes = weight.numel() * 2  # not a tensor of the module: bandwidth accounting reads it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).float()
-        out = torch.ops.quantized.linear_dynamic_fp16(flat, self._packed)
+        if x.dim() == 2 and x.dtype == torch.float32:  # the engine's case: a flat fp32 batch
+            return _LINEAR_FP16(x, self._packed)
+        out = _LINEAR_FP16(x.reshape(-1, self.in_features).float(), self._packed)
         return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
 

@@ -72,8 +72,12 @@ def test_fp16_projection_rounds_only_the_weights_to_float16():
     torch.manual_seed(0)
     weight = torch.randn(96, 64) * torch.logspace(-3, 1, 96)[:, None]
     x = torch.randn(7, 64)
-    out = Fp16Linear(weight)(x)
+    linear = Fp16Linear(weight)
+    out = linear(x)
     assert out.dtype == torch.float32 and out.shape == (7, 96)
+    # Inputs off the flat float32 fast path: shape and dtype restored around the same kernel.
+    assert torch.equal(linear(x.view(7, 1, 64)), out.view(7, 1, 96))
+    assert linear(x.bfloat16()).dtype == torch.bfloat16
     # The same products on float16-rounded weights in float32: only summation order differs.
     rounded = x @ weight.half().float().t()
     assert torch.allclose(out, rounded, rtol=1e-4, atol=1e-5)
