@@ -107,18 +107,24 @@ class LlamaAttention(nn.Module):
         # one activation quantization and one kernel call instead of three).
         self.qkv_proj: nn.Module | None = None
 
-    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def rotated_qkv(self, x: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q and k with RoPE applied, and v, as `[T, heads, head_dim]` each.
+
+        With a fused projection, q and k are rotated in one call over their adjacent heads
+        (RoPE acts on each head alone, so this is exactly two calls' result): at batch 1 a
+        decode step is bound by per-op overhead, and this is 5 ops fewer per layer."""
+        t, h, kvh, d = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         if self.qkv_proj is None:
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        kv = self.num_kv_heads * self.head_dim
-        return self.qkv_proj(x).split((self.num_heads * self.head_dim, kv, kv), dim=-1)
+            q = apply_rope(self.q_proj(x).reshape(t, h, d), cos, sin)
+            k = apply_rope(self.k_proj(x).reshape(t, kvh, d), cos, sin)
+            return q, k, self.v_proj(x).reshape(t, kvh, d)
+        qkv = self.qkv_proj(x).view(t, h + 2 * kvh, d)
+        q, k = apply_rope(qkv[:, : h + kvh], cos, sin).split((h, kvh), dim=1)
+        return q, k, qkv[:, h + kvh :]
 
     def forward(self, x, cos, sin, cache: LayerKVCache, meta: AttentionMetadata, backend: AttentionBackend):
         t = x.shape[0]
-        q, k, v = self.project_qkv(x)
-        q = apply_rope(q.reshape(t, self.num_heads, self.head_dim), cos, sin)
-        k = apply_rope(k.reshape(t, self.num_kv_heads, self.head_dim), cos, sin)
-        v = v.reshape(t, self.num_kv_heads, self.head_dim)
+        q, k, v = self.rotated_qkv(x, cos, sin)
         # Write first: this step's own keys are part of the context its queries attend to.
         backend.write_kv(k, v, cache, meta.slot_mapping)
         out = backend.attention(q, cache, meta, self.scale)

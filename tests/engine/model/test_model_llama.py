@@ -18,6 +18,7 @@ from reference_engine.model import load_model
 from reference_engine.model.builtin import smollm2_gguf_path
 from reference_engine.model.gguf_loader import load_gguf
 from reference_engine.model.llama import build_model
+from reference_engine.model.projections import replace_projections
 from reference_engine.model.registry import LoadedModel
 from reference_engine.model_runner import ModelRunner
 from reference_engine.request import Request
@@ -125,6 +126,30 @@ def check_paged_matches_dense(
         reference = dense_logits(loaded.model, req.token_ids)[-1]
         worst = max(worst, (logits - reference).abs().max().item())
     return worst
+
+
+class Matmul(torch.nn.Module):
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight.t()
+
+
+def test_fused_projections_rotate_q_and_k_as_the_separate_ones_do(tiny: LoadedModel):
+    # A fused q/k/v projection takes the one-call RoPE over q's and k's adjacent heads.
+    fused = load_model("tiny-random")
+    replace_projections(fused.model, Matmul)
+    prompt = torch.randint(0, 256, (21,), generator=torch.Generator().manual_seed(2)).tolist()
+    runs = []
+    for loaded in (tiny, fused):
+        req = make_request(list(prompt))
+        runs.append(
+            [logits for logits, _ in generate(make_runner(loaded), req, [3, 8], steps=6, first_chunk=9)]
+        )
+    for a, b in zip(*runs, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)  # only matmul blocking may differ
 
 
 def test_tiny_random_paged_matches_dense(tiny: LoadedModel):
