@@ -112,6 +112,18 @@ def _decode_plan(meta: AttentionMetadata, block_size: int, device) -> tuple[torc
     return plan
 
 
+def _one_sequence(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Every KV head of one sequence in one pair of batched products: `q` `[KVH, group, D]`,
+    `k`/`v` `[S, KVH, D]` seen as KVH strided `[S, D]` matrices (no copy), so the batch is the
+    heads. At batch 1 a decode step is bound by per-op overhead, and this is a third of the
+    per-head loop's ops; each head's products are the loop's own."""
+    num_kv_heads, group, seq = q.shape[0], q.shape[1], k.shape[0]
+    scores = torch.baddbmm(bias.expand(num_kv_heads, group, seq), q, k.permute(1, 2, 0), alpha=scale)
+    return torch.bmm(torch.softmax(scores, dim=-1), v.transpose(0, 1))
+
+
 def paged_decode_attention(
     query: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, scale: float
 ) -> torch.Tensor:
@@ -133,10 +145,13 @@ def paged_decode_attention(
     num_heads, num_kv_heads, head_dim = query.shape[1], k.shape[2], k.shape[3]
     group = num_heads // num_kv_heads
     q = query[:num_seqs].float().view(num_seqs, num_kv_heads, group, head_dim)
-    attended = torch.empty(num_seqs, num_kv_heads, group, head_dim, device=query.device)
-    for h in range(num_kv_heads):
-        scores = torch.baddbmm(bias, q[:, h], k[:, :, h].transpose(1, 2), alpha=scale)  # [B, group, S]
-        torch.bmm(torch.softmax(scores, dim=-1), v[:, :, h], out=attended[:, h])
+    if num_seqs == 1:
+        attended = _one_sequence(q[0], k[0], v[0], bias, scale)
+    else:
+        attended = torch.empty(num_seqs, num_kv_heads, group, head_dim, device=query.device)
+        for h in range(num_kv_heads):
+            scores = torch.baddbmm(bias, q[:, h], k[:, :, h].transpose(1, 2), alpha=scale)  # [B, group, S]
+            torch.bmm(torch.softmax(scores, dim=-1), v[:, :, h], out=attended[:, h])
     attended = attended.view(num_seqs, num_heads, head_dim).to(query.dtype)
     if query.shape[0] == num_seqs:
         return attended

@@ -36,3 +36,16 @@ def test_batched_decode_matches_one_sequence_at_a_time(kv_dtype, block_size, gro
     tol = 1e-6 if kv_dtype == "float32" else 1e-2
     torch.testing.assert_close(actual.float(), expected.float(), atol=tol, rtol=tol)
     assert (actual[len(seqs) :] == 0).all()  # padding rows stay zero
+
+
+@pytest.mark.parametrize("num_pad", [0, 2])
+@pytest.mark.parametrize("group", [1, 3, 8])
+@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16", "int8"])
+def test_one_decoding_sequence_matches_the_specification(kv_dtype, group, num_pad):
+    # One sequence takes its own path (all KV heads in one batched product).
+    batch = make_batch([(40, 1)], 16, 2, group, 16, kv_dtype, num_pad=num_pad)
+    expected, _ = run_step(batch, Backend(paged_attention))
+    actual, _ = run_step(batch, Backend(paged_decode_attention))
+    tol = 1e-6 if kv_dtype == "float32" else 1e-2
+    torch.testing.assert_close(actual.float(), expected.float(), atol=tol, rtol=tol)
+    assert (actual[1:] == 0).all()
