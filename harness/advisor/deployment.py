@@ -85,13 +85,12 @@ class Deployment:
 
     @property
     def kv_dtype(self) -> str:
-        """The cache's element type in catalogue spelling (the real engine's `auto` is its
-        compute dtype, float32 on CPU; a simulated `auto` is 16-bit, as in vLLM)."""
+        """The cache's element type in catalogue spelling. The real bundled engine's `auto` is
+        its compute dtype as this machine resolves it (on a CPU float32, or bfloat16 where the
+        CPU computes it natively); a simulated or foreign `auto` is 16-bit, as in vLLM."""
         name = self.engine.kv_cache_dtype
-        if name == "auto":
-            dtype = resolve_model_dtype(self.engine.dtype, self.engine.device)
-            real_cpu_engine = self.bundled and not self.simulated and dtype == "float32"
-            return "float32" if real_cpu_engine else "auto"
+        if name == "auto" and self.bundled and not self.simulated:
+            return resolve_model_dtype(self.engine.dtype, self.engine.device)
         return name
 
     @property

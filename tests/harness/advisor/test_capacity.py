@@ -16,6 +16,7 @@ from harness.advisor.whatif import Change, make_replayer
 from harness.bundle.deployment import BUNDLED, of_config
 from reference_engine.catalogue import get_gpu, get_model
 from reference_engine.config import EngineConfig
+from reference_engine.model_dtype import resolve_model_dtype
 from reference_engine.sim.spec import SimSpec
 
 
@@ -63,10 +64,25 @@ def test_an_observed_pool_is_scaled_by_the_arithmetic_ratio():
     assert capacity.changed_blocks(d, kv_dtype="fp8") == round(1000 * 2890 / 1445)
 
 
+def cpu_engine(**config) -> Deployment:
+    return Deployment(
+        EngineConfig(model="tiny-random", num_blocks=48, **config), True, False, None, None, num_blocks=48
+    )
+
+
 def test_cpu_engine_quantization_scales_by_element_size():
-    d = Deployment(EngineConfig(model="tiny-random", num_blocks=48), True, False, None, None, num_blocks=48)
+    d = cpu_engine(dtype="float32")
     assert d.kv_dtype == "float32" and capacity.changed_blocks(d, kv_dtype="fp8") == 47 * 4 + 1
     assert capacity.memory_options(d, 100)[0].num_blocks == math.ceil(100 * 1.01) + 1
+    # The cache's `auto` is the engine's compute dtype: bfloat16 halves what fp8 gains.
+    d = cpu_engine(dtype="bfloat16")
+    assert d.kv_dtype == "bfloat16" and capacity.changed_blocks(d, kv_dtype="fp8") == 47 * 2 + 1
+
+
+def test_cpu_engine_auto_dtype_is_what_this_machine_resolves():
+    expected = resolve_model_dtype("auto", "cpu")  # bfloat16 on a CPU with native bf16 matmul
+    assert cpu_engine().kv_dtype == expected
+    assert cpu_engine(kv_cache_dtype="int8").kv_dtype == "int8"  # an explicit cache dtype wins
 
 
 def test_memory_options_hold_the_demand_and_come_cheapest_first():

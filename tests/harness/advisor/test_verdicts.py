@@ -196,7 +196,9 @@ def test_low_memory_utilisation_is_told_to_raise_it(tmp_path_factory):
 def test_real_engine_run_replays_on_its_own_pool_with_a_modelled_time_axis(tmp_path_factory):
     """A run of the bundled CPU engine (flags without --simulate): the replay keeps its
     48-block pool and says its time axis is modelled; fp8 is x4 over the fp32 CPU cache."""
-    engine = EngineConfig(model="tiny-random", num_blocks=48, max_num_seqs=16, max_num_batched_tokens=512)
+    engine = EngineConfig(  # float32 pinned: `auto` is bfloat16 on a CPU with native bf16 matmul
+        model="tiny-random", dtype="float32", num_blocks=48, max_num_seqs=16, max_num_batched_tokens=512
+    )
     advice = _advise(
         tmp_path_factory,
         "real",
