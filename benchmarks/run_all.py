@@ -79,7 +79,7 @@ BENCHES = (
         "decode_vs_llamacpp",
         "SmolLM2-135M decode beside llama.cpp's llama-server, one thread each: HTTP and in-process",
         "benchmarks.decode_vs_llamacpp",
-        600,
+        780,
     ),
     _script(
         "scheduler",
