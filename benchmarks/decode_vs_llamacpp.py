@@ -57,7 +57,7 @@ def llama_server_binary() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kvscope"
     )
     return Path(
-        os.environ.get("KVSCOPE_LLAMA_SERVER") or Path(cache) / "llama-server-0.3.36/bin/llama-server"
+        os.environ.get("KVSCOPE_LLAMA_SERVER") or Path(cache) / "llama-server-0.3.36-noamx/bin/llama-server"
     )
 
 

@@ -36,7 +36,7 @@ def binary() -> Path:
     cache = os.environ.get("KVSCOPE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kvscope"
     )
-    path = Path(cache) / f"llama-server-{VERSION}" / "bin" / "llama-server"
+    path = Path(cache) / f"llama-server-{VERSION}-noamx" / "bin" / "llama-server"
     assert path.is_file(), (
         f"{path} is missing: build it with scripts/build_llama_server.sh (make llama-server)"
     )
