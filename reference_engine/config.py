@@ -103,6 +103,11 @@ class EngineConfig:
         "the bytes, the fast choice on AVX2 CPUs without native bf16 (CPU only) (default: none)",
     )
     device: str = arg_field("cpu", "torch device (default: %(default)s)")
+    enforce_eager: bool = arg_field(
+        False,
+        "decode every step in Python, without the native decode stack (C++ over the same torch "
+        "ops, bit for bit the same results, built into the kvscope cache on first use)",
+    )
     seed: int = arg_field(0, "seed for tiny-random weights (default: %(default)s)")
     # torch intra-op threads. None: half the cores, at least one. Oversubscribed OpenMP
     # threads spin against the server's event loop and load generators on the same cores;

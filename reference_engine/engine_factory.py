@@ -95,7 +95,12 @@ def build_engine(
         model_dtype=dtype,
         device=config.device,
     )
-    runner = ModelRunner(loaded, caches, config.block_size, backend)
+    native = None
+    if not config.enforce_eager:
+        from reference_engine.model.native_decode import native_decode_stack
+
+        native = native_decode_stack(loaded.model)
+    runner = ModelRunner(loaded, caches, config.block_size, backend, native)
     eos = tuple(loaded.tokenizer.eos_token_ids)
     executor = ModelExecutor(runner, eos)
     engine = engine_from_config(

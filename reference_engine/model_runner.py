@@ -17,6 +17,7 @@ from reference_engine.attention.metadata import AttentionMetadata
 from reference_engine.scheduler_output import ScheduledChunk, SchedulerOutput
 
 if TYPE_CHECKING:
+    from reference_engine.model.native_decode import NativeDecodeStack
     from reference_engine.model.registry import LoadedModel
 
 
@@ -100,7 +101,11 @@ def build_step_inputs(
 
 
 class ModelRunner:
-    """Runs one scheduler step on a loaded model over preallocated per-layer KV caches."""
+    """Runs one scheduler step on a loaded model over preallocated per-layer KV caches.
+
+    `native`: the model's native decode stack, which runs the decode-only steps it accepts
+    (bit for bit what the model's own forward computes, without Python's cost per torch call).
+    """
 
     def __init__(
         self,
@@ -108,6 +113,7 @@ class ModelRunner:
         kv_caches: list[LayerKVCache],
         block_size: int,
         attention_backend: AttentionBackend | None = None,
+        native: NativeDecodeStack | None = None,
     ):
         if kv_caches and kv_caches[0].block_size != block_size:
             raise ValueError(
@@ -118,6 +124,7 @@ class ModelRunner:
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.backend = attention_backend or TorchAttentionBackend()
+        self.native = native
         self.device = self.model.model.embed_tokens.weight.device
 
     @property
@@ -135,7 +142,10 @@ class ModelRunner:
             if not out.chunks:
                 return ModelOutput(torch.empty(0, self.vocab_size, device=self.device))
             step = build_step_inputs(out.chunks, self.block_size, self.device)
-            hidden = self.model(step.input_ids, step.positions, step.meta, self.kv_caches, self.backend)
+            if self.native is not None and self.native.applies(step.meta, self.kv_caches, self.backend):
+                hidden = self.native.forward(step.input_ids, step.positions, step.meta, self.kv_caches)
+            else:
+                hidden = self.model(step.input_ids, step.positions, step.meta, self.kv_caches, self.backend)
             spans = list(step.prompt_rows.items())
             rows = step.sample_rows + [r for _, (a, b) in spans for r in range(a, b)]
             logits = self.model.compute_logits(hidden[rows])

@@ -3,7 +3,8 @@
 # kvscope in editable mode with its dev extras, the SmolLM2 model file, the system tools the
 # tests use (Prometheus + promtool, Chromium, CMake and a C++ compiler), and llama.cpp's
 # llama-server built from source into ~/.cache/kvscope (scripts/build_llama_server.sh; about
-# 8-10 minutes on 2 cores the first time, then reused). Safe to run repeatedly: each step is
+# 8-10 minutes on 2 cores the first time, then reused), and the engine's native decode stack
+# compiled there too. Safe to run repeatedly: each step is
 # skipped when what it installs is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,4 +61,7 @@ fi
 # Debian's prometheus package starts a system service; the tests start their own instances.
 if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi
 PIP="$PIP" bash scripts/build_llama_server.sh >/dev/null
+# The engine's native decode stack (reference_engine/model/native_decode.py), compiled once
+# into the kvscope cache, so no test or server pays its ~15 s build.
+"$PY" -c "from reference_engine.model.native_decode import build; build()"
 echo "[setup] ready: $VENV"

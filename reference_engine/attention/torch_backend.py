@@ -99,7 +99,7 @@ def _gather_pages(data: torch.Tensor, ids: torch.Tensor, num_seqs: int) -> torch
     return rows.view(num_seqs, -1, *data.shape[2:])
 
 
-def _decode_plan(meta: AttentionMetadata, block_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def decode_plan(meta: AttentionMetadata, block_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(block ids to gather, additive mask [B, 1, S]: 0 within each context, -inf past it), the
     same for every layer of the step, so derived once."""
     plan = meta.derived.get("torch_decode")
@@ -134,7 +134,7 @@ def paged_decode_attention(
     num_seqs = meta.num_seqs
     if num_seqs == 0:
         return torch.zeros_like(query)
-    ids, bias = _decode_plan(meta, cache.block_size, query.device)
+    ids, bias = decode_plan(meta, cache.block_size, query.device)
     kv = []
     for data, scale_t in ((cache.key, cache.k_scale), (cache.value, cache.v_scale)):
         pages = _gather_pages(data, ids, num_seqs)  # [B, S, KVH, D]
