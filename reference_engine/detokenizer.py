@@ -37,6 +37,8 @@ class IncrementalDetokenizer:
 
     def find_stop(self) -> int:
         """Index in `text` where the earliest stop string starts, or -1."""
+        if not self.stop:
+            return -1
         hits = [i for i in (self.text.find(s, max(0, self.emitted - len(s))) for s in self.stop) if i >= 0]
         return min(hits) if hits else -1
 

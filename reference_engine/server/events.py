@@ -10,6 +10,7 @@ for every token of every stream and skips frozen's cost).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference_engine.engine import TokenLogprob
@@ -69,16 +70,29 @@ class Failed:
 Event = Admitted | PromptLogprobs | Delta | Outcome | Failed
 
 
+Sink = Callable[[float, list[Event]], bool]
+
+
 @dataclass(eq=False, slots=True)
 class RequestStream:
     """The handler's end of one request. Queue items are (produced, events): the core's
     monotonic timestamp of the iteration that produced the events (0.0 for events the server
-    made itself), which `next_events` keeps in `produced` for the writer's delay metric."""
+    made itself), which `next_events` keeps in `produced` for the writer's delay metric.
+
+    `sink`, while set, takes each batch as it is routed (`put`), before anything is queued: the
+    SSE writer writes it then and there instead of waking its handler, and answers False when
+    it cannot (a slow client's full buffer), which queues the batch for the handler. A batch is
+    only offered to the sink when nothing is queued, so events never overtake one another."""
 
     request_id: str
     queue: asyncio.Queue[tuple[float, list[Event]]] = field(default_factory=asyncio.Queue)
     produced: float = 0.0
     outcome: Outcome | None = None  # set once every choice finished (the request's span needs it)
+    sink: Sink | None = None
+
+    def put(self, produced: float, events: list[Event]) -> None:
+        if self.sink is None or not self.queue.empty() or not self.sink(produced, events):
+            self.queue.put_nowait((produced, events))
 
     async def next_events(self) -> list[Event]:
         """The next batch, and every batch queued behind it: a handler that fell behind the core

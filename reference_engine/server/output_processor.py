@@ -5,7 +5,9 @@ Per core iteration (`process`): each choice's new tokens are detokenized increme
 stop string ends the choice here (the core is told to stop it, and what it produces in the
 meantime is dropped); per-choice latencies go to the histograms, from the core's timestamps;
 and every stream gets one batch with all its events of that iteration, stamped with the
-moment the core produced them (so the SSE writer can measure its own delay).
+moment the core produced them (so the SSE writer can measure its own delay). A streaming
+response writes its batch as it is handed over (`RequestStream.sink`), so the first stream's
+chunk leaves before the last stream's is even built.
 
 Invariants: a live request gets `Delta`s in core order and exactly one terminal event
 (`Outcome` or `Failed`); a released request (its client left) gets nothing more, but its
@@ -93,34 +95,44 @@ class OutputProcessor:
         return True
 
     def process(self, outputs: CoreOutputs) -> list[tuple[str, int]]:
-        """Route one iteration's outputs; returns the choices to stop in the core."""
-        if outputs.stats is not None:
-            self.metrics.observe_stats(outputs.stats)
-        touched: dict[str, RequestState] = {}
+        """Route one iteration's outputs; returns the choices to stop in the core.
+
+        A request's batch is handed over as soon as its last output of the iteration is
+        applied, so the first stream's chunk does not wait for the last stream's
+        detokenization; the statistics are observed after every stream has its batch."""
+        now = outputs.timestamp
+        last = {out.request_id: i for i, out in enumerate(outputs.outputs)}
         stops: list[tuple[str, int]] = []
-        for out in outputs.outputs:
+        for i, out in enumerate(outputs.outputs):
             state = self.requests.get(out.request_id)
-            if state is not None and self._apply(state, out, outputs.timestamp, stops):
-                touched[out.request_id] = state
+            if state is None:
+                continue
+            self._apply(state, out, now, stops)
+            if last[out.request_id] == i:
+                if state.events:
+                    state.stream.put(now, state.events)
+                    state.events = []
+                if state.num_finished == len(state.choices):
+                    del self.requests[out.request_id]
         for rejection in outputs.rejected or ():
             self._reject(rejection)
-        for request_id, state in touched.items():
-            if state.events:
-                state.stream.queue.put_nowait((outputs.timestamp, state.events))
-                state.events = []
-            if state.num_finished == len(state.choices):
-                del self.requests[request_id]
+        if outputs.stats is not None:
+            self.metrics.observe_stats(outputs.stats)
         return stops
+
+    def defer(self, observe: Callable[..., None], *args: Any) -> None:
+        """Observe later, with this iteration's other observations: writes go first."""
+        self.pending.append((observe, args))
 
     def observe_pending(self) -> None:
         pending, self.pending = self.pending, []
         for observe, args in pending:
             observe(*args)
 
-    def _apply(self, state: RequestState, out: SeqOutput, now: float, stops: list[tuple[str, int]]) -> bool:
+    def _apply(self, state: RequestState, out: SeqOutput, now: float, stops: list[tuple[str, int]]) -> None:
         choice = state.choices[out.index]
         if choice.finished:
-            return False  # stopped here on a stop string; the core's later tokens are surplus
+            return  # stopped here on a stop string; the core's later tokens are surplus
         timing = out.timing
         if timing is not None:
             choice.first_scheduled_time = timing.first_scheduled_time
@@ -158,7 +170,6 @@ class OutputProcessor:
             if state.num_finished == len(state.choices):
                 state.stream.outcome = outcome = self._outcome(state)
                 state.events.append(outcome)
-        return True
 
     @staticmethod
     def _outcome(state: RequestState) -> Outcome:

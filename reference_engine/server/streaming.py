@@ -3,9 +3,12 @@ final chunk carrying `kvscope` (and `usage` with `stream_options.include_usage`)
 `data: [DONE]`.
 
 All events a step produced for this request go out in one write, so the number of writes
-per second scales with steps, not tokens x choices. After each write carrying tokens, the
-delay since the core produced them goes to `kvscope:stream_write_delay_seconds`. A write to a
-client that has gone away raises ConnectionResetError; the handler then returns and its
+per second scales with steps, not tokens x choices. The write happens in the output
+processor's pass over the step (`_SseWriter.write_now`, the stream's sink), without waking the
+handler: at hundreds of streams a task switch per stream per step was a large share of the
+server's time, and the last stream waited for every switch before it. After each write
+carrying tokens, the delay since the core produced them goes to
+`kvscope:stream_write_delay_seconds`. A client that has gone away ends the handler, whose
 `release` aborts the request.
 
 Chunk rules (as OpenAI and vLLM): a chat choice's first chunk carries `role`; a choice's last
@@ -19,7 +22,7 @@ from __future__ import annotations
 import time
 
 import msgspec
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from reference_engine.server.events import Delta, Event, Failed, Outcome, PromptLogprobs, RequestStream
 from reference_engine.server.generation import Generation
@@ -40,6 +43,8 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 _DONE = b"data: [DONE]\n\n"
+# Unsent bytes on a connection above which chunks wait for the handler's draining write.
+DIRECT_BUFFER_LIMIT = 1 << 16
 
 
 def _sse(obj: dict) -> bytes:
@@ -86,51 +91,108 @@ class _ChunkBuilder:
         )
 
 
+class _SseWriter:
+    """One response's chunks: `render` turns a batch of events into bytes, `write_now` writes
+    them from the output processor's pass (the stream's sink), `write` from the handler.
+
+    `write_now` writes to the transport itself, framed as the response's transfer encoding
+    (aiohttp's writer would make it a coroutine per chunk), and declines, so the batch queues
+    for the handler and its draining write, while the transport holds more than
+    `DIRECT_BUFFER_LIMIT` unsent bytes: a client that reads slowly gets backpressure, not an
+    ever-growing buffer. Its delay observations wait until the pass is over (`defer`)."""
+
+    def __init__(
+        self, request: web.Request, response: web.StreamResponse, gen: Generation, stream: RequestStream
+    ):
+        self.request = request
+        self.response = response
+        self.gen = gen
+        self.stream = stream
+        self.builder = _ChunkBuilder(gen)
+        state = request.app[STATE]
+        self.metrics = state.metrics
+        self.timing_object = state.config.timing_object
+        self.defer = state.engine.processor.defer
+        self.chunked = response.headers.get(hdrs.TRANSFER_ENCODING, "").lower() == "chunked"
+        self.done = False  # the terminal events were written
+        self.gone = False  # the client left mid-stream
+
+    def render(self, events: list[Event]) -> bytes:
+        """The batch's chunks, ending with `[DONE]` when it holds the terminal event."""
+        gen, builder = self.gen, self.builder
+        was_done = self.done
+        include_usage = gen.req.include_usage
+        chunks: list[dict] = []
+        for event in events:
+            if isinstance(event, Delta):
+                chunk = builder.delta(event)
+                if include_usage:
+                    chunk["usage"] = None
+                chunks.append(chunk)
+            elif isinstance(event, PromptLogprobs):
+                gen.prompt_logprobs = event.by_position
+            elif isinstance(event, Outcome):
+                self.done = True
+                if include_usage or not chunks:
+                    chunks.append(
+                        usage_chunk(gen.rid, gen.created, gen.model, gen.chat, event, gen.req.score_only)
+                    )
+                    if not include_usage:
+                        del chunks[-1]["usage"]
+                if self.timing_object:
+                    chunks[-1]["kvscope"] = event.timing.as_dict()
+            elif isinstance(event, Failed):
+                self.done = True
+                chunks.append(event.error.body())
+        payload = b"".join(_sse(c) for c in chunks)
+        return payload + _DONE if self.done and not was_done else payload
+
+    def write_now(self, produced: float, events: list[Event]) -> bool:
+        transport = self.request.transport
+        if transport is None or transport.get_write_buffer_size() > DIRECT_BUFFER_LIMIT:
+            return False
+        payload = self.render(events)
+        if payload:
+            if transport.is_closing():
+                self.gone = self.done = True
+            else:
+                transport.write(b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload)
+                if produced:
+                    self.defer(self.metrics.observe_write_delay, time.monotonic() - produced)
+        if self.done:
+            self.stream.queue.put_nowait((0.0, []))  # wake the handler to finish the response
+        return True
+
+    async def write(self, produced: float, events: list[Event]) -> None:
+        payload = self.render(events)
+        if payload:
+            await self.response.write(payload)
+            if produced:
+                self.metrics.observe_write_delay(time.monotonic() - produced)
+
+
 async def stream_sse(
     request: web.Request, gen: Generation, stream: RequestStream, events: list[Event]
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
-    builder = _ChunkBuilder(gen)
-    include_usage = gen.req.include_usage
-    metrics = request.app[STATE].metrics
-    timing_object = request.app[STATE].config.timing_object
+    # aiohttp holds the headers back to send them with the first chunk; chunks written
+    # straight to the transport must follow them.
+    send_headers = getattr(request.writer, "send_headers", None)
+    if send_headers is not None:
+        send_headers()
+    writer = _SseWriter(request, response, gen, stream)
     try:
-        while True:
-            chunks: list[dict] = []
-            done = False
-            for event in events:
-                if isinstance(event, Delta):
-                    chunk = builder.delta(event)
-                    if include_usage:
-                        chunk["usage"] = None
-                    chunks.append(chunk)
-                elif isinstance(event, PromptLogprobs):
-                    gen.prompt_logprobs = event.by_position
-                elif isinstance(event, Outcome):
-                    done = True
-                    if include_usage or not chunks:
-                        chunks.append(
-                            usage_chunk(gen.rid, gen.created, gen.model, gen.chat, event, gen.req.score_only)
-                        )
-                        if not include_usage:
-                            del chunks[-1]["usage"]
-                    if timing_object:
-                        chunks[-1]["kvscope"] = event.timing.as_dict()
-                elif isinstance(event, Failed):
-                    done = True
-                    chunks.append(event.error.body())
-            payload = b"".join(_sse(c) for c in chunks)
-            if done:
-                payload += _DONE
-            if payload:
-                await response.write(payload)
-                if stream.produced:
-                    metrics.observe_write_delay(time.monotonic() - stream.produced)
-            if done:
-                break
-            events = await stream.next_events()
-        await response.write_eof()
+        await writer.write(stream.produced, events)
+        while not writer.done:
+            stream.sink = writer.write_now
+            try:
+                events = await stream.next_events()
+            finally:
+                stream.sink = None
+            await writer.write(stream.produced, events)
+        if not writer.gone:
+            await response.write_eof()
     except ConnectionResetError:
         pass  # the client left; the caller's release() aborts the request
     return response
