@@ -195,14 +195,21 @@ class LlamaForCausalLM(nn.Module):
         kv_caches: list[LayerKVCache],
         backend: AttentionBackend | None = None,
     ) -> torch.Tensor:
-        if len(kv_caches) != len(self.model.layers):
-            raise ValueError(f"expected {len(self.model.layers)} KV caches, got {len(kv_caches)}")
+        x, cos, sin = self.layer_inputs(input_ids, positions, kv_caches)
         backend = backend or TorchAttentionBackend()
-        cos, sin = rope_cos_sin(positions, self.inv_freq)
-        x = self.model.embed_tokens(input_ids)
         for layer, cache in zip(self.model.layers, kv_caches, strict=True):
             x = layer(x, cos, sin, cache, meta, backend)
         return self.model.norm(x)
+
+    def layer_inputs(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[LayerKVCache]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What the first layer takes: the embedded tokens and RoPE's cos and sin at `positions`
+        (after checking there is one KV cache per layer)."""
+        if len(kv_caches) != len(self.model.layers):
+            raise ValueError(f"expected {len(self.model.layers)} KV caches, got {len(kv_caches)}")
+        cos, sin = rope_cos_sin(positions, self.inv_freq)
+        return self.model.embed_tokens(input_ids), cos, sin
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits `[N, vocab]` in fp32 (sampling and logprobs want full precision)."""

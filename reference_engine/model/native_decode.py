@@ -41,7 +41,7 @@ from reference_engine.attention.quantization import KVQuant
 from reference_engine.attention.torch_backend import decode_plan
 from reference_engine.model.fp16_linear import Fp16Linear
 from reference_engine.model.int8_linear import Int8Linear
-from reference_engine.model.llama import LlamaForCausalLM, RMSNorm, rope_cos_sin
+from reference_engine.model.llama import LlamaForCausalLM, RMSNorm
 
 log = logging.getLogger("kvscope.engine")
 
@@ -174,11 +174,7 @@ class NativeDecodeStack:
         kv_caches: list[LayerKVCache],
     ) -> torch.Tensor:
         """`LlamaForCausalLM.forward` of a step `applies` accepted."""
-        model = self.model
-        if len(kv_caches) != len(model.model.layers):
-            raise ValueError(f"expected {len(model.model.layers)} KV caches, got {len(kv_caches)}")
-        cos, sin = rope_cos_sin(positions, model.inv_freq)
-        x = model.model.embed_tokens(input_ids)
+        x, cos, sin = self.model.layer_inputs(input_ids, positions, kv_caches)
         ids, bias = decode_plan(meta, kv_caches[0].block_size, x.device)
         return self.stack.forward(
             x,
