@@ -10,7 +10,8 @@ round kept):
   N streaming requests through HTTP;
 - kvscope HTTP: `kvscope engine serve --num-threads 1` (engine core in its own process), one
   server per weight format, the same N requests;
-- kvscope in-process: the same engine driven by `LLMEngine.step` in this process.
+- kvscope in-process: the same engine driven by `LLMEngine.step` in this process, with the
+  native decode stack (the default) and with `--enforce-eager` (every layer in Python).
 Decode tokens/s is aggregate: over HTTP from the client's own token arrival times while all N
 streams decode (`stream_client.decode_rate`), in-process from timed decode steps. Requests
 use greedy decoding with ignore_eos, distinct prompts of ~12 tokens, `--tokens` tokens each.
@@ -133,7 +134,9 @@ def http_rate(url: str, ids: list[list[int]], tokens: int) -> float:
     return decode_rate(results)
 
 
-def in_process_rate(loaded, ids: list[list[int]], tokens: int, max_streams: int) -> float:
+def in_process_rate(
+    loaded, ids: list[list[int]], tokens: int, max_streams: int, eager: bool = False
+) -> float:
     import time
 
     from reference_engine.config import EngineConfig
@@ -141,7 +144,9 @@ def in_process_rate(loaded, ids: list[list[int]], tokens: int, max_streams: int)
     from reference_engine.sampling_params import SamplingParams
 
     blocks = 1 + max_streams * -(-(PROMPT_TOKENS + tokens + 16) // 16)
-    config = EngineConfig(model="smollm2-135m", num_blocks=blocks, max_num_seqs=max_streams, num_threads=1)
+    config = EngineConfig(
+        model="smollm2-135m", num_blocks=blocks, max_num_seqs=max_streams, num_threads=1, enforce_eager=eager
+    )
     engine = build_engine(config, loaded).engine
     for p in ids:
         engine.add_request(p, SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True))
@@ -201,6 +206,8 @@ def measure(streams: list[int], tokens: int, rounds: int, formats: list[str]) ->
                     for f in formats:
                         keep(f"{f} HTTP", n, http_rate(servers[f].url, ids, tokens))
                         keep(f"{f} in-process", n, in_process_rate(loaded[f], ids, tokens, max(streams)))
+                        eager = in_process_rate(loaded[f], ids, tokens, max(streams), eager=True)
+                        keep(f"{f} in-process eager", n, eager)
             finally:
                 if llama:
                     llama.stop()
@@ -240,7 +247,14 @@ def markdown(
         lines.append("| " + " | ".join(cells) + " |")
     if missing:
         lines += ["", f"llama.cpp was not measured: {missing}."]
-    lines += ["", *targets(rate, formats), "", *bytes_table(rows, bw)]
+    lines += [
+        "",
+        *targets(rate, formats),
+        "",
+        *native_gain(rate, streams, formats),
+        "",
+        *bytes_table(rows, bw),
+    ]
     return "\n".join(lines)
 
 
@@ -269,6 +283,25 @@ def targets(rate: dict, formats: list[str]) -> list[str]:
                 f"| {what} (best kvscope format over HTTP: {f}) | {value:.1f} vs {llama:.1f} tok/s = "
                 f"{value / llama:.2f}x | {_met(value >= factor * llama)} |"
             )
+    return lines
+
+
+def native_gain(rate: dict, streams: list[int], formats: list[str]) -> list[str]:
+    """In-process decode with the native decode stack against `--enforce-eager` (every layer in
+    Python): the same arithmetic, so the ratio is what Python's cost per torch call took."""
+    lines = [
+        "In-process decode tokens/s with the native decode stack (the default) against "
+        "`--enforce-eager` (the same torch ops called from Python), and the ratio:",
+        "",
+        "| streams | " + " | ".join(f"{f} native | {f} eager | ratio" for f in formats) + " |",
+        "|---|" + "---|---|---|" * len(formats),
+    ]
+    for n in streams:
+        cells = [str(n)]
+        for f in formats:
+            native, eager = rate.get((f"{f} in-process", n)), rate.get((f"{f} in-process eager", n))
+            cells += [_fmt(native), _fmt(eager), f"{native / eager:.2f}x" if native and eager else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
