@@ -1,6 +1,6 @@
 """How late the server writes what the engine core produced, at 256 simulated streams.
 
-Usage: python -m benchmarks.sim_write_delay [--streams 256] [--tokens 64]
+Usage: python -m benchmarks.sim_write_delay [--streams 256] [--tokens 64] [--repeats 5]
 
 One `kvscope engine serve --simulate` (Llama-3.1-70B on 4 x H100: ~15-20 ms steps, so the
 server has a real step period to keep up with), `--streams` concurrent streams. The server
@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 import urllib.request
+from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,10 +52,51 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
     return float("inf")
 
 
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    writes: float
+    p50: float  # bucket upper bounds, seconds
+    p99: float
+    mean: float
+    ttft_gaps: list[float]  # client TTFT - server ttft_s, seconds
+    itl: list[float]  # client inter-token gaps, seconds
+    server_itl: float  # the server's own mean inter-token latency, seconds
+    tokens: int
+    wall: float
+
+
+def measure(url: str, bodies: list[dict]) -> Repeat:
+    delay_before, n_before, sum_before = histogram(url, DELAY)
+    _, itl_n_before, itl_sum_before = histogram(url, ITL)
+    results, wall = run_streams(url, bodies)
+    delay_after, n_after, sum_after = histogram(url, DELAY)
+    _, itl_n_after, itl_sum_after = histogram(url, ITL)
+    writes = n_after - n_before
+    return Repeat(
+        writes,
+        bucket_quantile(delay_before, delay_after, 0.5),
+        bucket_quantile(delay_before, delay_after, 0.99),
+        (sum_after - sum_before) / writes,
+        [r.ttft - r.kvscope["ttft_s"] for r in results],
+        [g for r in results for g in r.gaps],
+        (itl_sum_after - itl_sum_before) / (itl_n_after - itl_n_before),
+        sum(len(r.token_times) for r in results),
+        wall,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        # One run's p99 is its worst ~160 writes, less than one step of 256 streams: a single
+        # step in which the server was descheduled decides it, so one run says little.
+        help="runs against the same server, each reported (default: %(default)s)",
+    )
     args = ap.parse_args()
     model = "llama-3.1-70b"
     argv = [sys.executable, "-m", "reference_engine.server.serve_cli", "--port", "0", "--simulate"]
@@ -73,40 +115,35 @@ def main() -> None:
     ]
     try:
         run_streams(child.url, bodies[:4])  # warm-up
-        delay_before, n_before, sum_before = histogram(child.url, DELAY)
-        _, itl_n_before, itl_sum_before = histogram(child.url, ITL)
-        results, wall = run_streams(child.url, bodies)
-        delay_after, n_after, sum_after = histogram(child.url, DELAY)
-        _, itl_n_after, itl_sum_after = histogram(child.url, ITL)
+        repeats = [measure(child.url, bodies) for _ in range(args.repeats)]
     finally:
         child.stop()
-    writes = n_after - n_before
-    p50, p99 = (bucket_quantile(delay_before, delay_after, q) for q in (0.5, 0.99))
-    mean_ms = 1e3 * (sum_after - sum_before) / writes
-    gaps = [r.ttft - r.kvscope["ttft_s"] for r in results]
-    itl = [g for r in results for g in r.gaps]
-    server_itl_ms = 1e3 * (itl_sum_after - itl_sum_before) / (itl_n_after - itl_n_before)
-    tokens = sum(len(r.token_times) for r in results)
     print(
         f"{args.streams} streams x {args.tokens} tokens against one simulated server ({model} on 4 x "
-        f"h100-80gb), engine core in its own process; {tokens:,} tokens in {wall:.1f} s.\n"
-    )
-    print("| measured where | what | p50 | p99 | mean |")
-    print("|---|---|---|---|---|")
-    print(
-        f"| server | token produced in the core -> its SSE chunk written ({writes:,.0f} writes; "
-        f"bucket upper bounds) | <= {p50 * 1e3:g} ms | <= {p99 * 1e3:g} ms | {mean_ms:.2f} ms |"
+        f"h100-80gb), engine core in its own process; {args.repeats} runs of {repeats[0].tokens:,} tokens "
+        f"({repeats[0].wall:.1f} s each). Server: token produced in the core -> its SSE chunk written "
+        "(histogram bucket upper bounds). Client: its TTFT - the server's `ttft_s`, and its inter-token "
+        "gaps next to the server's own mean inter-token latency.\n"
     )
     print(
-        f"| client | client TTFT - server `ttft_s` | {pct(gaps, 0.5) * 1e3:.1f} ms | "
-        f"{pct(gaps, 0.99) * 1e3:.1f} ms | {1e3 * sum(gaps) / len(gaps):.1f} ms |"
+        "| run | writes | server p50 | server p99 | server mean | client TTFT gap p50 / p99 | "
+        "client inter-token gap p50 / p99 (server's mean) |"
     )
+    print("|---|---|---|---|---|---|---|")
+    for i, r in enumerate(repeats, 1):
+        print(
+            f"| {i} | {r.writes:,.0f} | <= {r.p50 * 1e3:g} ms | <= {r.p99 * 1e3:g} ms | "
+            f"{r.mean * 1e3:.2f} ms | "
+            f"{pct(r.ttft_gaps, 0.5) * 1e3:.1f} / {pct(r.ttft_gaps, 0.99) * 1e3:.1f} ms | "
+            f"{pct(r.itl, 0.5) * 1e3:.1f} / {pct(r.itl, 0.99) * 1e3:.1f} ms ({r.server_itl * 1e3:.1f} ms) |"
+        )
+    met = sum(r.p99 <= 0.005 for r in repeats)
+    median = sorted(r.p99 for r in repeats)[len(repeats) // 2]
+    verdict = "met" if median <= 0.005 else "**MISSED**"
     print(
-        f"| client | inter-token gap (server's own inter-token latency: mean {server_itl_ms:.1f} ms) | "
-        f"{pct(itl, 0.5) * 1e3:.1f} ms | {pct(itl, 0.99) * 1e3:.1f} ms | {1e3 * sum(itl) / len(itl):.1f} ms |"
+        f"\nTarget: server-side write delay p99 <= 5 ms: {verdict} (median of the runs' p99 <= "
+        f"{median * 1e3:g} ms; met in {met} of {len(repeats)} runs)."
     )
-    verdict = "met" if p99 <= 0.005 else "**MISSED**"
-    print(f"\nTarget: server-side write delay p99 <= 5 ms: {verdict} (p99 <= {p99 * 1e3:g} ms).")
 
 
 if __name__ == "__main__":
