@@ -33,6 +33,7 @@ from pathlib import Path
 from benchmarks import bandwidth
 from benchmarks.stream_client import Child, decode_rate, run_streams
 from harness.run.procs import free_port, wait_http
+from reference_engine.cache_root import kvscope_cache
 from reference_engine.model_dtype import cpu_has_native_bf16
 
 PROMPT_TOKENS = 12
@@ -54,11 +55,9 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def llama_server_binary() -> Path:
-    cache = os.environ.get("KVSCOPE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kvscope"
-    )
     return Path(
-        os.environ.get("KVSCOPE_LLAMA_SERVER") or Path(cache) / "llama-server-0.3.36-noamx/bin/llama-server"
+        os.environ.get("KVSCOPE_LLAMA_SERVER")
+        or kvscope_cache() / "llama-server-0.3.36-noamx/bin/llama-server"
     )
 
 

@@ -39,6 +39,7 @@ from reference_engine.attention.kv_cache import LayerKVCache
 from reference_engine.attention.metadata import AttentionMetadata
 from reference_engine.attention.quantization import KVQuant
 from reference_engine.attention.torch_backend import decode_plan
+from reference_engine.cache_root import kvscope_cache
 from reference_engine.model.fp16_linear import Fp16Linear
 from reference_engine.model.int8_linear import Int8Linear
 from reference_engine.model.llama import LlamaForCausalLM, RMSNorm
@@ -52,13 +53,6 @@ _DENSE, _FP16, _INT8 = 0, 1, 2
 
 class NativeBuildError(RuntimeError):
     pass
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("KVSCOPE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kvscope"
-    )
-    return Path(root) / "native"
 
 
 def _compile_command(source: Path, output: Path) -> list[str]:
@@ -78,7 +72,7 @@ def _compile_command(source: Path, output: Path) -> list[str]:
 def library_path() -> Path:
     """Where this source, built against this torch, lives (its name is a hash of both)."""
     key = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode()).hexdigest()
-    return cache_dir() / key[:16] / "native_decode.so"
+    return kvscope_cache() / "native" / key[:16] / "native_decode.so"
 
 
 def build(path: Path | None = None) -> Path:

@@ -146,10 +146,10 @@ class OutputProcessor:
         cut = -1
         if out.new_token_ids:
             if choice.last_token_time is not None:
-                self.pending.append((self.metrics.observe_inter_token, (now - choice.last_token_time,)))
+                self.defer(self.metrics.observe_inter_token, now - choice.last_token_time)
             elif choice.first_token_time is not None:
                 ttft = choice.first_token_time - choice.arrival_time
-                self.pending.append((self.metrics.observe_first_token, (ttft,)))
+                self.defer(self.metrics.observe_first_token, ttft)
             choice.last_token_time = now
             choice.num_output_tokens += len(out.new_token_ids)
             detok.add(out.new_token_ids)
@@ -164,7 +164,7 @@ class OutputProcessor:
             choice.finished = True
             choice.finished_time = choice.finished_time or now
             state.num_finished += 1
-            self.pending.append((self.metrics.observe_finished, (choice, reason)))
+            self.defer(self.metrics.observe_finished, choice, reason)
         if not state.released:
             state.events.append(Delta(out.index, out.new_token_ids, text, out.new_logprobs or [], reason))
             if state.num_finished == len(state.choices):

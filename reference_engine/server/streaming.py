@@ -96,10 +96,11 @@ class _SseWriter:
     them from the output processor's pass (the stream's sink), `write` from the handler.
 
     `write_now` writes to the transport itself, framed as the response's transfer encoding
-    (aiohttp's writer would make it a coroutine per chunk), and declines, so the batch queues
-    for the handler and its draining write, while the transport holds more than
-    `DIRECT_BUFFER_LIMIT` unsent bytes: a client that reads slowly gets backpressure, not an
-    ever-growing buffer. Its delay observations wait until the pass is over (`defer`)."""
+    (aiohttp's writer would make it a coroutine per chunk). It declines, so the batch queues
+    for the handler, while the transport holds more than `DIRECT_BUFFER_LIMIT` unsent bytes (a
+    client that reads slowly gets the handler's draining write: backpressure, not an
+    ever-growing buffer) or is gone (the handler's write raises ConnectionResetError and ends
+    it). Its delay observations wait until the pass is over (`defer`)."""
 
     def __init__(
         self, request: web.Request, response: web.StreamResponse, gen: Generation, stream: RequestStream
@@ -115,7 +116,6 @@ class _SseWriter:
         self.defer = state.engine.processor.defer
         self.chunked = response.headers.get(hdrs.TRANSFER_ENCODING, "").lower() == "chunked"
         self.done = False  # the terminal events were written
-        self.gone = False  # the client left mid-stream
 
     def render(self, events: list[Event]) -> bytes:
         """The batch's chunks, ending with `[DONE]` when it holds the terminal event."""
@@ -149,16 +149,17 @@ class _SseWriter:
 
     def write_now(self, produced: float, events: list[Event]) -> bool:
         transport = self.request.transport
-        if transport is None or transport.get_write_buffer_size() > DIRECT_BUFFER_LIMIT:
+        if (
+            transport is None
+            or transport.is_closing()
+            or transport.get_write_buffer_size() > DIRECT_BUFFER_LIMIT
+        ):
             return False
         payload = self.render(events)
         if payload:
-            if transport.is_closing():
-                self.gone = self.done = True
-            else:
-                transport.write(b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload)
-                if produced:
-                    self.defer(self.metrics.observe_write_delay, time.monotonic() - produced)
+            transport.write(b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload)
+            if produced:
+                self.defer(self.metrics.observe_write_delay, time.monotonic() - produced)
         if self.done:
             self.stream.queue.put_nowait((0.0, []))  # wake the handler to finish the response
         return True
@@ -191,8 +192,7 @@ async def stream_sse(
             finally:
                 stream.sink = None
             await writer.write(stream.produced, events)
-        if not writer.gone:
-            await response.write_eof()
+        await response.write_eof()
     except ConnectionResetError:
         pass  # the client left; the caller's release() aborts the request
     return response

@@ -35,22 +35,22 @@ def kvscope(*args: str, timeout_s: float = 300.0, stall_workers: bool = False) -
     that reads its streams late whatever the machine's speed."""
     start = time.monotonic()
     proc = subprocess.Popen(
-        kvscope_command(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+        kvscope_command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
     )
     done = threading.Event()
     staller = threading.Thread(target=_stall_workers, args=(proc.pid, done), daemon=True)
     if stall_workers:
         staller.start()
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(timeout=timeout_s)
     finally:
         done.set()
-        if staller.is_alive():
+        if stall_workers:
             staller.join()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return proc.returncode, out, time.monotonic() - start
+    return proc.returncode, out + err, time.monotonic() - start
 
 
 def _children(pid: int, marker: str) -> list[int]:
