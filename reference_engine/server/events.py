@@ -81,8 +81,11 @@ class RequestStream:
 
     `sink`, while set, takes each batch as it is routed (`put`), before anything is queued: the
     SSE writer writes it then and there instead of waking its handler, and answers False when
-    it cannot (a slow client's full buffer), which queues the batch for the handler. A batch is
-    only offered to the sink when nothing is queued, so events never overtake one another."""
+    it cannot (a slow client's full buffer), which queues the batch for the handler and drops
+    the sink. The handler sets it again only as it takes the queue's batches, without yielding
+    in between, so while a sink is set nothing is queued and events never overtake one another.
+    (The server's own terminal events, a rejection or a failure, go straight to the queue: nothing
+    follows them.)"""
 
     request_id: str
     queue: asyncio.Queue[tuple[float, list[Event]]] = field(default_factory=asyncio.Queue)
@@ -91,7 +94,9 @@ class RequestStream:
     sink: Sink | None = None
 
     def put(self, produced: float, events: list[Event]) -> None:
-        if self.sink is None or not self.queue.empty() or not self.sink(produced, events):
+        sink = self.sink
+        if sink is None or not sink(produced, events):
+            self.sink = None
             self.queue.put_nowait((produced, events))
 
     async def next_events(self) -> list[Event]:

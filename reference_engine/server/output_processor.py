@@ -99,21 +99,35 @@ class OutputProcessor:
 
         A request's batch is handed over as soon as its last output of the iteration is
         applied, so the first stream's chunk does not wait for the last stream's
-        detokenization; the statistics are observed after every stream has its batch."""
+        detokenization; the outcomes of requests that ended follow, in batches of their own;
+        the statistics are observed after every stream has its batch."""
         now = outputs.timestamp
-        last = {out.request_id: i for i, out in enumerate(outputs.outputs)}
+        requests = self.requests
+        last: dict[str, int] | None = None  # built only if a request has several choices
         stops: list[tuple[str, int]] = []
+        ended: list[RequestState] = []
         for i, out in enumerate(outputs.outputs):
-            state = self.requests.get(out.request_id)
+            state = requests.get(out.request_id)
             if state is None:
                 continue
             self._apply(state, out, now, stops)
-            if last[out.request_id] == i:
-                if state.events:
-                    state.stream.put(now, state.events)
-                    state.events = []
-                if state.num_finished == len(state.choices):
-                    del self.requests[out.request_id]
+            if len(state.choices) > 1:
+                if last is None:
+                    last = {o.request_id: j for j, o in enumerate(outputs.outputs)}
+                if last[out.request_id] != i:
+                    continue
+            if state.events:
+                state.stream.put(now, state.events)
+                state.events = []
+            if state.num_finished == len(state.choices):
+                del requests[out.request_id]
+                if not state.released:
+                    ended.append(state)
+        # A request's outcome (its timings, usage and kvscope object) costs several times a
+        # token's chunk to build and write: it goes out after every stream's tokens of the step.
+        for state in ended:
+            state.stream.outcome = outcome = self._outcome(state)
+            state.stream.put(now, [outcome])
         for rejection in outputs.rejected or ():
             self._reject(rejection)
         if outputs.stats is not None:
@@ -153,13 +167,14 @@ class OutputProcessor:
             choice.last_token_time = now
             choice.num_output_tokens += len(out.new_token_ids)
             detok.add(out.new_token_ids)
-            cut = detok.find_stop()
+            if detok.stop:
+                cut = detok.find_stop()
         reason = out.finish_reason
         if cut >= 0:
             if reason is None:
                 stops.append((out.request_id, out.index))
             reason = "stop"
-        text = detok.take(final=reason is not None, cut=cut)
+        text = detok.take(reason is not None, cut)
         if reason is not None:
             choice.finished = True
             choice.finished_time = choice.finished_time or now
@@ -167,9 +182,6 @@ class OutputProcessor:
             self.defer(self.metrics.observe_finished, choice, reason)
         if not state.released:
             state.events.append(Delta(out.index, out.new_token_ids, text, out.new_logprobs or [], reason))
-            if state.num_finished == len(state.choices):
-                state.stream.outcome = outcome = self._outcome(state)
-                state.events.append(outcome)
 
     @staticmethod
     def _outcome(state: RequestState) -> Outcome:

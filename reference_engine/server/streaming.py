@@ -47,29 +47,76 @@ _DONE = b"data: [DONE]\n\n"
 DIRECT_BUFFER_LIMIT = 1 << 16
 
 
+_encode = msgspec.json.encode
+# A text no model emits, so where its JSON lands in a rendered chunk is where a text goes.
+_PROBE = "\x00kvscope-probe\x00"
+
+
 def _sse(obj: dict) -> bytes:
     # msgspec: compact UTF-8 JSON like json.dumps(separators=(",", ":"), ensure_ascii=False),
     # an order of magnitude faster (one chunk per stream per step adds up at hundreds of
     # streams); a non-finite float becomes null, where json.dumps would write invalid JSON.
-    return b"data: " + msgspec.json.encode(obj) + b"\n\n"
+    return b"data: " + _encode(obj) + b"\n\n"
 
 
 class _ChunkBuilder:
-    """Per-request streaming state: which choices have started, completion text offsets."""
+    """Per-request streaming state: which choices have started, completion text offsets, and
+    the templates of plain chunks.
+
+    A plain chunk is a delta of text only: no logprobs, not a choice's last (its finish_reason
+    is null). Most chunks of a stream are plain, and rendering one from its template is one
+    JSON string encode instead of two dicts and a JSON encode. The templates are the bytes
+    before and after the text, cut from a chunk `_chunk` itself renders around a probe text, so
+    the two cannot disagree; they are made when the response starts, not in the output
+    processor's pass, and are False where the text is not simply there (echo's first chunk,
+    `score_only`)."""
 
     def __init__(self, gen: Generation):
         self.gen = gen
-        self.started = [False] * gen.req.params.n
-        self.offsets = [0] * gen.req.params.n
+        n = gen.req.params.n
+        self.started = [False] * n
+        self.offsets = [0] * n
+        # Per choice: (first chunk's template, later chunks' template); None with logprobs.
+        self.templates = (
+            None
+            if gen.req.logprobs is not None
+            else [(self._template(i, first=True), self._template(i, first=False)) for i in range(n)]
+        )
 
     def delta(self, ev: Delta) -> dict:
-        gen, req = self.gen, self.gen.req
         first = not self.started[ev.index]
         self.started[ev.index] = True
+        return self._chunk(ev, first)
+
+    def plain(self, ev: Delta) -> bytes | None:
+        """`ev`'s SSE event from its template, or None where it has none."""
+        if self.templates is None or ev.finish_reason is not None:
+            return None
+        first = not self.started[ev.index]
+        template = self.templates[ev.index][0 if first else 1]
+        if not template:
+            return None
+        self.started[ev.index] = True
+        return template[0] + _encode(ev.text) + template[1]
+
+    def _template(self, index: int, first: bool) -> tuple[bytes, bytes] | bool:
+        parts = _sse(self._chunk(Delta(index, [], _PROBE, [], None), first)).split(_encode(_PROBE))
+        return (parts[0], parts[1]) if len(parts) == 2 else False
+
+    def _chunk(self, ev: Delta, first: bool) -> dict:
+        gen, req = self.gen, self.gen.req
         if gen.chat:
             delta = {"role": "assistant", "content": ev.text} if first else {"content": ev.text}
             lps = None if req.logprobs is None else chat_logprobs(ev.logprobs, gen.texts)
-            return chat_chunk(gen.rid, gen.created, gen.model, ev.index, delta, lps, ev.finish_reason)
+            chunk = chat_chunk(gen.rid, gen.created, gen.model, ev.index, delta, lps, ev.finish_reason)
+        else:
+            chunk = self._completion_chunk(ev, first)
+        if req.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _completion_chunk(self, ev: Delta, first: bool) -> dict:
+        gen, req = self.gen, self.gen.req
         ids, lps, text = ev.token_ids, ev.logprobs, ev.text
         if req.score_only:
             ids, lps, text = [], [], ""
@@ -105,50 +152,78 @@ class _SseWriter:
     def __init__(
         self, request: web.Request, response: web.StreamResponse, gen: Generation, stream: RequestStream
     ):
-        self.request = request
         self.response = response
         self.gen = gen
         self.stream = stream
         self.builder = _ChunkBuilder(gen)
+        self.transport = request.transport  # aiohttp's property costs, once per chunk
         state = request.app[STATE]
         self.metrics = state.metrics
         self.timing_object = state.config.timing_object
         self.defer = state.engine.processor.defer
         self.chunked = response.headers.get(hdrs.TRANSFER_ENCODING, "").lower() == "chunked"
         self.done = False  # the terminal events were written
+        self.carried_tokens = False  # the last rendered batch had a delta chunk
+        # The outcome comes in a batch of its own after the last delta (`OutputProcessor`).
+        # Without include_usage the kvscope object rides on the last choice's last chunk, so
+        # that chunk waits for it here.
+        self.unfinished = gen.req.params.n
+        self.hold_last = self.timing_object and not gen.req.include_usage
+        self.held: dict | None = None
 
     def render(self, events: list[Event]) -> bytes:
         """The batch's chunks, ending with `[DONE]` when it holds the terminal event."""
-        gen, builder = self.gen, self.builder
+        builder = self.builder
+        if len(events) == 1 and type(events[0]) is Delta:  # most batches: one token, mid-stream
+            plain = builder.plain(events[0])
+            if plain is not None:
+                self.carried_tokens = True
+                return plain
+        gen = self.gen
         was_done = self.done
-        include_usage = gen.req.include_usage
-        chunks: list[dict] = []
+        self.carried_tokens = False
+        chunks: list[dict | bytes] = []  # bytes: a plain chunk, already rendered
         for event in events:
             if isinstance(event, Delta):
+                self.carried_tokens = True
+                plain = builder.plain(event)
+                if plain is not None:
+                    chunks.append(plain)
+                    continue
                 chunk = builder.delta(event)
-                if include_usage:
-                    chunk["usage"] = None
+                if event.finish_reason is not None:
+                    self.unfinished -= 1
+                    if self.unfinished == 0 and self.hold_last:
+                        self.held = chunk
+                        continue
                 chunks.append(chunk)
             elif isinstance(event, PromptLogprobs):
                 gen.prompt_logprobs = event.by_position
             elif isinstance(event, Outcome):
                 self.done = True
-                if include_usage or not chunks:
+                if self.held is not None:
+                    chunks.append(self.held)
+                    self.held, self.carried_tokens = None, True
+                include_usage = gen.req.include_usage
+                if include_usage or (self.timing_object and not chunks):
                     chunks.append(
                         usage_chunk(gen.rid, gen.created, gen.model, gen.chat, event, gen.req.score_only)
                     )
                     if not include_usage:
                         del chunks[-1]["usage"]
                 if self.timing_object:
-                    chunks[-1]["kvscope"] = event.timing.as_dict()
+                    chunks[-1]["kvscope"] = event.timing.as_dict()  # the choice's last delta: a dict
             elif isinstance(event, Failed):
                 self.done = True
+                if self.held is not None:
+                    chunks.append(self.held)
+                    self.held = None
                 chunks.append(event.error.body())
-        payload = b"".join(_sse(c) for c in chunks)
+        payload = b"".join([c if type(c) is bytes else _sse(c) for c in chunks])
         return payload + _DONE if self.done and not was_done else payload
 
     def write_now(self, produced: float, events: list[Event]) -> bool:
-        transport = self.request.transport
+        transport = self.transport
         if (
             transport is None
             or transport.is_closing()
@@ -158,9 +233,10 @@ class _SseWriter:
         payload = self.render(events)
         if payload:
             transport.write(b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload)
-            if produced:
+            if produced and self.carried_tokens:
                 self.defer(self.metrics.observe_write_delay, time.monotonic() - produced)
         if self.done:
+            self.stream.sink = None
             self.stream.queue.put_nowait((0.0, []))  # wake the handler to finish the response
         return True
 
@@ -168,7 +244,7 @@ class _SseWriter:
         payload = self.render(events)
         if payload:
             await self.response.write(payload)
-            if produced:
+            if produced and self.carried_tokens:
                 self.metrics.observe_write_delay(time.monotonic() - produced)
 
 

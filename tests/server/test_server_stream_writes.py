@@ -118,19 +118,21 @@ def test_http10_stream_is_the_plain_body_up_to_the_close(server):
 
 
 def test_a_batch_never_overtakes_one_already_queued_for_the_handler():
-    # The handler was woken for a queued batch but has not run yet, and its sink is still set:
-    # the next batch must queue behind it, not be written first.
+    # The sink declined a batch (a full connection): it is queued and the sink dropped, so the
+    # next batch queues behind it, though the connection would take it now, until the handler
+    # has taken the queue and set its sink again.
     stream = RequestStream("r")
-    taken = []
-    stream.sink = lambda produced, events: taken.append(events) or True
-    stream.queue.put_nowait((1.0, ["first"]))
+    taken, room = [], [False]
+    sink = lambda produced, events: room[0] and (taken.append(events) or True)  # noqa: E731
+    stream.sink = sink
+    stream.put(1.0, ["first"])
+    room[0] = True
     stream.put(2.0, ["second"])
-    assert taken == [] and [stream.queue.get_nowait()[1] for _ in range(2)] == [["first"], ["second"]]
-    stream.put(3.0, ["third"])  # nothing queued: straight to the sink
+    assert taken == [] and stream.sink is None
+    assert [stream.queue.get_nowait()[1] for _ in range(2)] == [["first"], ["second"]]
+    stream.sink = sink  # the handler drained the queue and waits again
+    stream.put(3.0, ["third"])
     assert taken == [["third"]] and stream.queue.empty()
-    stream.sink = lambda produced, events: False  # the sink declines (a full connection)
-    stream.put(4.0, ["fourth"])
-    assert stream.queue.get_nowait() == (4.0, ["fourth"])
 
 
 def test_a_client_that_stops_reading_gets_every_chunk_in_order_through_the_handler(server, monkeypatch):
