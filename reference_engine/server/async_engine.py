@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from reference_engine.admission import AdmissionLimits, check_admission
@@ -49,6 +50,9 @@ class AsyncEngine:
         self.dead = False
         self.dead_event = asyncio.Event()
         self._live: set[str] = set()  # submitted, and the handler has not released them yet
+        # Called once each iteration's outputs are routed and observed (the server's garbage
+        # collection, `gc_schedule`).
+        self.after_pass: Callable[[], None] | None = None
 
     async def start(self, served_model_name: str) -> CoreReady:
         """Start the core and wait until it is ready. Raises CoreStartError."""
@@ -125,12 +129,17 @@ class AsyncEngine:
         stops = self.processor.process(outputs)
         if stops:
             self.client.send(StopSequences(stops))
-        if self.processor.pending:  # after the handlers this iteration woke have written
-            asyncio.get_running_loop().call_soon(self.processor.observe_pending)
+        # After the handlers this iteration woke have written.
+        asyncio.get_running_loop().call_soon(self._after_pass)
         if outputs.failure is not None:
             log.error("the engine core failed (%s); refusing further requests", outputs.failure)
             self.failed = True
             self.processor.fail_all(engine_failed())
+
+    def _after_pass(self) -> None:
+        self.processor.observe_pending()
+        if self.after_pass is not None:
+            self.after_pass()
 
     def _on_exit(self, status: int | None) -> None:
         self.dead = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import resource
 import signal
@@ -154,6 +155,7 @@ async def serve(
 
     from reference_engine.core.client import CoreStartError
     from reference_engine.server.app import drain
+    from reference_engine.server.gc_schedule import BetweenSteps
     from reference_engine.server.http_guard import GuardedAppRunner
     from reference_engine.server.log_limit import RateLimitedLog
     from reference_engine.server.state import STATE
@@ -190,6 +192,14 @@ async def serve(
     )
     site = web.TCPSite(runner, host, port)
     await site.start()
+    # What start-up made (tokenizer, modules, the app) lives as long as the server: keep it out
+    # of the collector's way, as vLLM's API server does, so that a full collection scans only
+    # what requests made. Unfrozen, one took 30-40 ms at 256 streams: a whole step's writes late.
+    gc.collect()
+    gc.freeze()
+    collector = BetweenSteps(loop)
+    collector.start()
+    state.engine.after_pass = collector.collect_due
     for address in runner.addresses:
         # One machine-readable line, so a parent process can find a port chosen with --port 0.
         print(f"kvscope engine serve: listening on http://{address[0]}:{address[1]}", flush=True)
@@ -204,6 +214,7 @@ async def serve(
     log.info("shutting down: no new requests; %.1f s grace for in-flight ones", grace_s)
     clean = await drain(app, grace_s)
     await runner.cleanup()
+    collector.stop()
     log.info("stopped (%s)", "all requests finished" if clean else "some requests were aborted")
     return 1 if engine.dead else 0
 
