@@ -9,6 +9,15 @@ that produced them to the write (`kvscope:stream_write_delay_seconds`; read from
 and after the run). Beside it, what the client sees: its TTFT minus the server's own `ttft_s`
 (network, the client's event loop and everything between), and its inter-token gaps next to
 the server's inter-token latency. Target (issue 20): server-side delay p99 <= 5 ms.
+
+Placement: the API server gets a CPU of its own and the load generator (this process) and the
+engine core share the others, as a deployment keeps the load generator off the server's host
+and the engine core (here a simulator that mostly sleeps) on its own cores; the client runs at
+nice 10, so that its parsing does not hold the core's output back either. Unpinned on two
+CPUs, the scheduler now and then runs the client's chunk parsing or the core's scheduling on
+the server's CPU in the middle of its pass over a step, and a whole step's writes wait one
+time slice (~4 ms): that measures the co-location, not the server. With one CPU nothing is
+pinned.
 """
 
 from __future__ import annotations
@@ -16,8 +25,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -85,6 +96,37 @@ def measure(url: str, bodies: list[dict]) -> Repeat:
     )
 
 
+def threads_of(pid: int) -> list[int]:
+    return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+
+
+def children_of(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def place(start_server) -> tuple[Child, str]:
+    """Start the server on a CPU of its own (its threads and the core process inherit it), then
+    move the core process and this process to the other CPUs. (child, what was done, in words)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return start_server(), "nothing pinned (one CPU)"
+    server_cpu, rest = {cpus[0]}, set(cpus[1:])
+    os.sched_setaffinity(0, server_cpu)
+    try:
+        child = start_server()
+    finally:
+        os.sched_setaffinity(0, rest)
+    deadline = time.monotonic() + 30
+    while not (cores := children_of(child.proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for core in cores:
+        for tid in threads_of(core):
+            os.sched_setaffinity(tid, rest)
+    os.nice(10)  # the core's step beats the client's parsing to their shared CPU
+    shared = ",".join(map(str, sorted(rest)))
+    return child, f"API server on CPU {cpus[0]}; engine core and client (nice 10) on CPU {shared}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", type=int, default=256)
@@ -102,7 +144,7 @@ def main() -> None:
     argv = [sys.executable, "-m", "reference_engine.server.serve_cli", "--port", "0", "--simulate"]
     argv += ["--sim-model", model, "--sim-gpu", "h100-80gb", "--tensor-parallel-size", "4"]
     argv += ["--max-num-seqs", "512", "--max-num-batched-tokens", "16384", "--max-model-len", "4096"]
-    child = Child(argv, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    child, placement = place(lambda: Child(argv, env={**os.environ, "OMP_NUM_THREADS": "1"}))
     bodies = [
         {
             "model": model,
@@ -120,10 +162,11 @@ def main() -> None:
         child.stop()
     print(
         f"{args.streams} streams x {args.tokens} tokens against one simulated server ({model} on 4 x "
-        f"h100-80gb), engine core in its own process; {args.repeats} runs of {repeats[0].tokens:,} tokens "
-        f"({repeats[0].wall:.1f} s each). Server: token produced in the core -> its SSE chunk written "
-        "(histogram bucket upper bounds). Client: its TTFT - the server's `ttft_s`, and its inter-token "
-        "gaps next to the server's own mean inter-token latency.\n"
+        f"h100-80gb), engine core in its own process; {placement}; {args.repeats} runs of "
+        f"{repeats[0].tokens:,} tokens ({repeats[0].wall:.1f} s each). Server: token produced in the "
+        "core -> its SSE chunk written (histogram bucket upper bounds). Client: its TTFT - the "
+        "server's `ttft_s`, and its inter-token gaps next to the server's own mean inter-token "
+        "latency.\n"
     )
     print(
         "| run | writes | server p50 | server p99 | server mean | client TTFT gap p50 / p99 | "
