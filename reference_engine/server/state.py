@@ -6,12 +6,13 @@ can run in one process without sharing anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from reference_engine.core.messages import CoreReady
+from reference_engine.server.admission_turns import AdmissionTurns
 from reference_engine.server.async_engine import AsyncEngine
 from reference_engine.server.metrics import VllmMetrics
 from reference_engine.server.responses import TokenTexts
@@ -42,6 +43,7 @@ class ServerState:
     token_texts: TokenTexts
     created: int
     draining: bool = False
+    turns: AdmissionTurns = field(default_factory=AdmissionTurns)
 
     @property
     def ready(self) -> CoreReady:
