@@ -73,6 +73,10 @@ class OutputProcessor:
         # Per-token histogram observations of the iteration being routed, made after its
         # streams were handed their events (`observe_pending`): the writes go first.
         self.pending: list[tuple[Callable[..., None], tuple]] = []
+        # The pass's per-token observations: a list append each, where `defer` costs a bound
+        # method and a tuple per token per stream. The SSE writers append to `write_delays`.
+        self.inter_token_gaps: list[float] = []
+        self.write_delays: list[float] = []
 
     def add(self, sub: Submission, stream: RequestStream) -> None:
         n = sub.params.n
@@ -142,6 +146,12 @@ class OutputProcessor:
         pending, self.pending = self.pending, []
         for observe, args in pending:
             observe(*args)
+        for seconds in self.inter_token_gaps:
+            self.metrics.observe_inter_token(seconds)
+        for seconds in self.write_delays:
+            self.metrics.observe_write_delay(seconds)
+        self.inter_token_gaps.clear()
+        self.write_delays.clear()
 
     def _apply(self, state: RequestState, out: SeqOutput, now: float, stops: list[tuple[str, int]]) -> None:
         choice = state.choices[out.index]
@@ -160,7 +170,7 @@ class OutputProcessor:
         cut = -1
         if out.new_token_ids:
             if choice.last_token_time is not None:
-                self.defer(self.metrics.observe_inter_token, now - choice.last_token_time)
+                self.inter_token_gaps.append(now - choice.last_token_time)
             elif choice.first_token_time is not None:
                 ttft = choice.first_token_time - choice.arrival_time
                 self.defer(self.metrics.observe_first_token, ttft)

@@ -147,7 +147,7 @@ class _SseWriter:
     for the handler, while the transport holds more than `DIRECT_BUFFER_LIMIT` unsent bytes (a
     client that reads slowly gets the handler's draining write: backpressure, not an
     ever-growing buffer) or is gone (the handler's write raises ConnectionResetError and ends
-    it). Its delay observations wait until the pass is over (`defer`)."""
+    it). Its delay observations wait until the pass is over (`OutputProcessor.write_delays`)."""
 
     def __init__(
         self, request: web.Request, response: web.StreamResponse, gen: Generation, stream: RequestStream
@@ -160,7 +160,7 @@ class _SseWriter:
         state = request.app[STATE]
         self.metrics = state.metrics
         self.timing_object = state.config.timing_object
-        self.defer = state.engine.processor.defer
+        self.note_write_delay = state.engine.processor.write_delays.append
         self.chunked = response.headers.get(hdrs.TRANSFER_ENCODING, "").lower() == "chunked"
         self.done = False  # the terminal events were written
         self.carried_tokens = False  # the last rendered batch had a delta chunk
@@ -234,7 +234,7 @@ class _SseWriter:
         if payload:
             transport.write(b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload)
             if produced and self.carried_tokens:
-                self.defer(self.metrics.observe_write_delay, time.monotonic() - produced)
+                self.note_write_delay(time.monotonic() - produced)
         if self.done:
             self.stream.sink = None
             self.stream.queue.put_nowait((0.0, []))  # wake the handler to finish the response

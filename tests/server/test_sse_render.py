@@ -28,7 +28,7 @@ def writer(body: dict, chat: bool, templates: bool, timing_object: bool = False)
     state = SimpleNamespace(
         metrics=None,
         config=SimpleNamespace(timing_object=timing_object),
-        engine=SimpleNamespace(processor=SimpleNamespace(defer=None)),
+        engine=SimpleNamespace(processor=SimpleNamespace(write_delays=[])),
     )
     request = SimpleNamespace(app={STATE: state}, transport=None)
     out = _SseWriter(request, SimpleNamespace(headers={}), gen, RequestStream("r"))
