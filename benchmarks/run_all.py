@@ -117,6 +117,13 @@ BENCHES = (
         "benchmarks.sim_write_delay",
         120,
     ),
+    _module(
+        "sim_write_delay_unpinned",
+        "Server-side write delay at 256 simulated streams, server, core and client unpinned",
+        "benchmarks.sim_write_delay",
+        120,
+        "--no-pin",
+    ),
     _script(
         "otlp_overhead",
         "Harness: client CPU per request with traceparent + OTLP receiver vs without (target <= 5%)",
