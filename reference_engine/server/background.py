@@ -70,7 +70,7 @@ class BackgroundServer:
             self.app, self.limits, log, handler_cancellation=True, access_log=None
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=self.limits.max_connections)
         await site.start()
         self.port = self._runner.addresses[0][1]
 

@@ -164,9 +164,10 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    limits = limits or HttpLimits()
     runner = GuardedAppRunner(
         app,
-        limits or HttpLimits(),
+        limits,
         RateLimitedLog(log),
         handler_cancellation=True,
         access_log=log if access_log else None,
@@ -190,7 +191,10 @@ async def serve(
         f"pid {ready.pid}" if ready.pid else "in a thread",
         ", API key required" if state.config.api_key else "",
     )
-    site = web.TCPSite(runner, host, port)
+    # aiohttp's default listen backlog (128) overflows when a burst of clients connects at once
+    # (the kernel drops the SYNs past it; those clients retry after a second): a TTFT of 1 s
+    # that is no one's queue. Let the connection cap decide (the kernel caps it at somaxconn).
+    site = web.TCPSite(runner, host, port, backlog=limits.max_connections)
     await site.start()
     # What start-up made (tokenizer, modules, the app) lives as long as the server: keep it out
     # of the collector's way, as vLLM's API server does, so that a full collection scans only

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import select
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -215,3 +219,32 @@ def urllib_open(url: str):
     import urllib.request
 
     return urllib.request.urlopen(url, timeout=30)
+
+
+def test_a_burst_of_connections_waits_in_the_backlog_while_the_server_is_busy():
+    # A server that cannot accept for a moment (stopped here) still completes every handshake
+    # of a burst: aiohttp's default backlog of 128 dropped the SYNs past it, and those clients
+    # retried a second later (a TTFT of 1 s that was no one's queue).
+    server = SimServer(
+        "--sim-model", "llama-3.1-70b", "--sim-gpu", "h100-80gb", "--tensor-parallel-size", "4"
+    )
+    port = int(server.url.rsplit(":", 1)[1])
+    socks = [socket.socket() for _ in range(300)]
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        for s in socks:
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+        pending, deadline = set(socks), time.monotonic() + 0.8  # before a SYN's first retry
+        while pending and time.monotonic() < deadline:
+            _, writable, _ = select.select([], list(pending), [], 0.1)
+            pending -= set(writable)
+        connected = sum(
+            s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for s in socks if s not in pending
+        )
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+        for s in socks:
+            s.close()
+        assert server.stop() == 0
+    assert connected == len(socks)
