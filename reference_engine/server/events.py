@@ -71,6 +71,7 @@ Event = Admitted | PromptLogprobs | Delta | Outcome | Failed
 
 
 Sink = Callable[[float, list[Event]], bool]
+TextSink = Callable[[float, str], bool]
 
 
 @dataclass(eq=False, slots=True)
@@ -92,6 +93,14 @@ class RequestStream:
     produced: float = 0.0
     outcome: Outcome | None = None  # set once every choice finished (the request's span needs it)
     sink: Sink | None = None
+    # The writer's shortcut for a delta that is only text (see `put_text`); used with `sink`.
+    text_sink: TextSink | None = None
+
+    def put_text(self, produced: float, text: str) -> bool:
+        """Hand over a token's text without making it an event, where the writer takes it that
+        way (one choice, past its first chunk, no logprobs: a template's text). False when
+        there is no sink or it declines: the caller makes the Delta and `put`s it."""
+        return self.sink is not None and self.text_sink is not None and self.text_sink(produced, text)
 
     def put(self, produced: float, events: list[Event]) -> None:
         sink = self.sink

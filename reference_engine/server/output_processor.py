@@ -114,7 +114,23 @@ class OutputProcessor:
             state = requests.get(out.request_id)
             if state is None:
                 continue
-            self._apply(state, out, now, stops)
+            if (
+                state.stream.text_sink is not None
+                and out.finish_reason is None
+                and out.timing is None
+                and out.new_logprobs is None
+                and out.prompt_logprobs is None
+            ):
+                # The common case, a stream's next token: its text goes to the writer as is.
+                advanced = self._advance(state, out, now, stops)
+                if advanced is None:
+                    continue
+                text, reason = advanced
+                if reason is None and state.stream.put_text(now, text):
+                    continue
+                self._add_delta(state, out, text, reason)
+            else:
+                self._apply(state, out, now, stops)
             if len(state.choices) > 1:
                 if last is None:
                     last = {o.request_id: j for j, o in enumerate(outputs.outputs)}
@@ -154,9 +170,20 @@ class OutputProcessor:
         self.write_delays.clear()
 
     def _apply(self, state: RequestState, out: SeqOutput, now: float, stops: list[tuple[str, int]]) -> None:
+        if out.prompt_logprobs is not None and not state.released:
+            state.events.append(PromptLogprobs(out.prompt_logprobs))
+        advanced = self._advance(state, out, now, stops)
+        if advanced is not None:
+            self._add_delta(state, out, *advanced)
+
+    def _advance(
+        self, state: RequestState, out: SeqOutput, now: float, stops: list[tuple[str, int]]
+    ) -> tuple[str, str | None] | None:
+        """Apply `out` to its choice: timings, token counts, detokenization, stop strings and
+        the end. (the new text, the finish reason); None for a choice that already ended here."""
         choice = state.choices[out.index]
         if choice.finished:
-            return  # stopped here on a stop string; the core's later tokens are surplus
+            return None  # stopped here on a stop string; the core's later tokens are surplus
         timing = out.timing
         if timing is not None:
             choice.first_scheduled_time = timing.first_scheduled_time
@@ -164,8 +191,6 @@ class OutputProcessor:
             choice.finished_time = timing.finished_time
             choice.num_preemptions = timing.num_preemptions
             choice.num_cached_tokens = timing.num_cached_tokens
-        if out.prompt_logprobs is not None and not state.released:
-            state.events.append(PromptLogprobs(out.prompt_logprobs))
         detok = choice.detokenizer
         cut = -1
         if out.new_token_ids:
@@ -190,6 +215,10 @@ class OutputProcessor:
             choice.finished_time = choice.finished_time or now
             state.num_finished += 1
             self.defer(self.metrics.observe_finished, choice, reason)
+        return text, reason
+
+    @staticmethod
+    def _add_delta(state: RequestState, out: SeqOutput, text: str, reason: str | None) -> None:
         if not state.released:
             state.events.append(Delta(out.index, out.new_token_ids, text, out.new_logprobs or [], reason))
 

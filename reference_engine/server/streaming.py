@@ -170,6 +170,9 @@ class _SseWriter:
         self.unfinished = gen.req.params.n
         self.hold_last = self.timing_object and not gen.req.include_usage
         self.held: dict | None = None
+        templates = self.builder.templates
+        if gen.req.params.n == 1 and templates is not None and templates[0][1]:
+            stream.text_sink = self.write_text
 
     def render(self, events: list[Event]) -> bytes:
         """The batch's chunks, ending with `[DONE]` when it holds the terminal event."""
@@ -223,22 +226,37 @@ class _SseWriter:
         return payload + _DONE if self.done and not was_done else payload
 
     def write_now(self, produced: float, events: list[Event]) -> bool:
-        transport = self.transport
-        if (
-            transport is None
-            or transport.is_closing()
-            or transport.get_write_buffer_size() > DIRECT_BUFFER_LIMIT
-        ):
+        if not self._writable():
             return False
         payload = self.render(events)
         if payload:
-            transport.write(b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload)
-            if produced and self.carried_tokens:
-                self.note_write_delay(time.monotonic() - produced)
+            self._send(payload, produced if self.carried_tokens else 0.0)
         if self.done:
             self.stream.sink = None
             self.stream.queue.put_nowait((0.0, []))  # wake the handler to finish the response
         return True
+
+    def write_text(self, produced: float, text: str) -> bool:
+        """The stream's `text_sink` (one choice only): its text as a later chunk, from the
+        template; declines before the first chunk, which `render` writes."""
+        if not self.builder.started[0] or not self._writable():
+            return False
+        before, after = self.builder.templates[0][1]
+        self._send(before + _encode(text) + after, produced)
+        return True
+
+    def _writable(self) -> bool:
+        transport = self.transport
+        return not (
+            transport is None
+            or transport.is_closing()
+            or transport.get_write_buffer_size() > DIRECT_BUFFER_LIMIT
+        )
+
+    def _send(self, payload: bytes, produced: float) -> None:
+        self.transport.write(b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload)
+        if produced:
+            self.note_write_delay(time.monotonic() - produced)
 
     async def write(self, produced: float, events: list[Event]) -> None:
         payload = self.render(events)

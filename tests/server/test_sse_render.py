@@ -96,3 +96,40 @@ def test_an_outcome_in_a_batch_of_its_own_renders_as_in_the_last_deltas_batch(sh
     assert deltas + ending == together.render(last)
     assert apart.done and ending.endswith(b"data: [DONE]\n\n")
     assert (b'"kvscope"' in ending) == timing_object
+
+
+class _Transport:
+    def __init__(self):
+        self.written: list[bytes] = []
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_text_shortcut_writes_what_the_delta_would(shape):
+    # One choice, past its first chunk, no logprobs: the output processor hands the writer the
+    # text alone (`RequestStream.put_text`); the bytes must be those of the Delta's chunk.
+    chat, extra = SHAPES[shape]
+    body = {"model": "smol", "stream": True, "max_tokens": 9, **extra}
+    short, full = writer(body, chat, True), writer(body, chat, True)
+    for w in (short, full):
+        w.transport = _Transport()
+    n = short.gen.req.params.n
+    offered = n == 1 and "logprobs" not in shape and "score" not in shape
+    assert (short.stream.text_sink is not None) == offered
+    if not offered:
+        return
+    assert not short.write_text(1.0, "too early")  # the first chunk is the Delta's
+    first = [Delta(0, [7], "Hi", [], None)]
+    assert short.write_now(1.0, first) and full.write_now(1.0, first)
+    for text in TEXTS:
+        assert short.write_text(1.0, text)
+        assert full.write_now(1.0, [Delta(0, [7], text, [], None)])
+    assert short.transport.written == full.transport.written
