@@ -2,8 +2,10 @@
 final chunk carrying `kvscope` (and `usage` with `stream_options.include_usage`), then
 `data: [DONE]`.
 
-All events a step produced for this request go out in one write, so the number of writes
-per second scales with steps, not tokens x choices. The write happens in the output
+All events a step produced for this request go out in one write (an ended request's outcome,
+its usage, `kvscope` object and `[DONE]`, in a second one once every stream has its tokens of
+the step), so the number of writes per second scales with steps, not tokens x choices. The
+write happens in the output
 processor's pass over the step (`_SseWriter.write_now`, the stream's sink), without waking the
 handler: at hundreds of streams a task switch per stream per step was a large share of the
 server's time, and the last stream waited for every switch before it. After each write
@@ -140,7 +142,9 @@ class _ChunkBuilder:
 
 class _SseWriter:
     """One response's chunks: `render` turns a batch of events into bytes, `write_now` writes
-    them from the output processor's pass (the stream's sink), `write` from the handler.
+    them from the output processor's pass (the stream's sink), `write` from the handler;
+    `write_text` (the stream's text sink) writes a one-choice stream's next token from its text
+    alone, which is most of what a stream writes.
 
     `write_now` writes to the transport itself, framed as the response's transfer encoding
     (aiohttp's writer would make it a coroutine per chunk). It declines, so the batch queues
@@ -176,13 +180,7 @@ class _SseWriter:
 
     def render(self, events: list[Event]) -> bytes:
         """The batch's chunks, ending with `[DONE]` when it holds the terminal event."""
-        builder = self.builder
-        if len(events) == 1 and type(events[0]) is Delta:  # most batches: one token, mid-stream
-            plain = builder.plain(events[0])
-            if plain is not None:
-                self.carried_tokens = True
-                return plain
-        gen = self.gen
+        builder, gen = self.builder, self.gen
         was_done = self.done
         self.carried_tokens = False
         chunks: list[dict | bytes] = []  # bytes: a plain chunk, already rendered
