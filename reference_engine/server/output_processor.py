@@ -114,23 +114,17 @@ class OutputProcessor:
             state = requests.get(out.request_id)
             if state is None:
                 continue
-            if (
-                state.stream.text_sink is not None
-                and out.finish_reason is None
-                and out.timing is None
-                and out.new_logprobs is None
-                and out.prompt_logprobs is None
-            ):
-                # The common case, a stream's next token: its text goes to the writer as is.
-                advanced = self._advance(state, out, now, stops)
-                if advanced is None:
-                    continue
+            if out.prompt_logprobs is not None and not state.released:
+                state.events.append(PromptLogprobs(out.prompt_logprobs))
+            advanced = self._advance(state, out, now, stops)
+            if advanced is not None and not state.released:
                 text, reason = advanced
-                if reason is None and state.stream.put_text(now, text):
-                    continue
-                self._add_delta(state, out, text, reason)
-            else:
-                self._apply(state, out, now, stops)
+                plain = reason is None and out.new_logprobs is None and not state.events
+                # The common case, a stream's next token of text only, goes to its writer as
+                # is (`put_text`); anything else, or what the writer declines, is a Delta.
+                if not (plain and state.stream.put_text(now, text)):
+                    lps = out.new_logprobs or []
+                    state.events.append(Delta(out.index, out.new_token_ids, text, lps, reason))
             if len(state.choices) > 1:
                 if last is None:
                     last = {o.request_id: j for j, o in enumerate(outputs.outputs)}
@@ -168,13 +162,6 @@ class OutputProcessor:
             self.metrics.observe_write_delay(seconds)
         self.inter_token_gaps.clear()
         self.write_delays.clear()
-
-    def _apply(self, state: RequestState, out: SeqOutput, now: float, stops: list[tuple[str, int]]) -> None:
-        if out.prompt_logprobs is not None and not state.released:
-            state.events.append(PromptLogprobs(out.prompt_logprobs))
-        advanced = self._advance(state, out, now, stops)
-        if advanced is not None:
-            self._add_delta(state, out, *advanced)
 
     def _advance(
         self, state: RequestState, out: SeqOutput, now: float, stops: list[tuple[str, int]]
@@ -216,11 +203,6 @@ class OutputProcessor:
             state.num_finished += 1
             self.defer(self.metrics.observe_finished, choice, reason)
         return text, reason
-
-    @staticmethod
-    def _add_delta(state: RequestState, out: SeqOutput, text: str, reason: str | None) -> None:
-        if not state.released:
-            state.events.append(Delta(out.index, out.new_token_ids, text, out.new_logprobs or [], reason))
 
     @staticmethod
     def _outcome(state: RequestState) -> Outcome:

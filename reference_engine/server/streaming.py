@@ -92,14 +92,18 @@ class _ChunkBuilder:
 
     def plain(self, ev: Delta) -> bytes | None:
         """`ev`'s SSE event from its template, or None where it has none."""
-        if self.templates is None or ev.finish_reason is not None:
+        return None if ev.finish_reason is not None else self.text_chunk(ev.index, ev.text)
+
+    def text_chunk(self, index: int, text: str) -> bytes | None:
+        """Choice `index`'s next SSE event when it is only `text`, from its template; None
+        where there is none."""
+        if self.templates is None:
             return None
-        first = not self.started[ev.index]
-        template = self.templates[ev.index][0 if first else 1]
+        template = self.templates[index][1 if self.started[index] else 0]
         if not template:
             return None
-        self.started[ev.index] = True
-        return template[0] + _encode(ev.text) + template[1]
+        self.started[index] = True
+        return template[0] + _encode(text) + template[1]
 
     def _template(self, index: int, first: bool) -> tuple[bytes, bytes] | bool:
         parts = _sse(self._chunk(Delta(index, [], _PROBE, [], None), first)).split(_encode(_PROBE))
@@ -239,8 +243,7 @@ class _SseWriter:
         template; declines before the first chunk, which `render` writes."""
         if not self.builder.started[0] or not self._writable():
             return False
-        before, after = self.builder.templates[0][1]
-        self._send(before + _encode(text) + after, produced)
+        self._send(self.builder.text_chunk(0, text), produced)
         return True
 
     def _writable(self) -> bool:

@@ -57,19 +57,15 @@ class RequestTiming:
     @classmethod
     def from_sequences(cls, sequences: Sequence[SequenceTimes], arrival_unix: float) -> RequestTiming:
         first = sequences[0]
-        if len(sequences) == 1:  # the common case, without the generators below
-            last, preemptions = first.finished_time, first.num_preemptions
-        else:
-            finished = [s.finished_time for s in sequences if s.finished_time is not None]
-            last = max(finished) if finished else None
-            preemptions = sum(s.num_preemptions for s in sequences)
+        finished = [s.finished_time for s in sequences if s.finished_time is not None]
+        last = max(finished) if finished else None
         return cls(
             queue_time_s=_span(first.arrival_time, first.first_scheduled_time),
             prefill_time_s=_span(first.first_scheduled_time, first.first_token_time),
             ttft_s=_span(first.arrival_time, first.first_token_time),
             decode_time_s=_span(first.first_token_time, last),
             e2e_s=_span(first.arrival_time, last),
-            num_preemptions=preemptions,
+            num_preemptions=sum(s.num_preemptions for s in sequences),
             cached_prompt_tokens=max(0, first.num_cached_tokens),
             arrival_unix=round(arrival_unix, 6),
         )
