@@ -14,8 +14,10 @@ call `on_exit(status)` there if the core ends while the server still needs it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -23,6 +25,8 @@ from reference_engine.core.core_loop import CoreLoop
 from reference_engine.core.engine_core import EngineCore
 from reference_engine.core.messages import Command, CoreOutputs, CoreReady, Shutdown
 from reference_engine.engine import LLMEngine
+
+log = logging.getLogger("kvscope.server")
 
 OnOutputs = Callable[[CoreOutputs], None]
 OnExit = Callable[[int | None], None]
@@ -42,6 +46,12 @@ class CoreClient(Protocol):
         """Queue a command; never blocks."""
         ...
 
+    def deliver_waiting(self) -> None:
+        """Hand the outputs that have arrived and are not handed on yet to `on_outputs` now, in
+        order, instead of when the event loop comes to them: the server calls it before work
+        of its own, so that streams already running go first."""
+        ...
+
     async def stop(self, timeout: float) -> int | None:
         """Shut the core down (aborting what it still runs) and release everything; the
         process's exit status, or None for a thread."""
@@ -49,10 +59,13 @@ class CoreClient(Protocol):
 
 
 class _QueueTransport:
-    """Thread-side `CoreTransport`: commands from a SimpleQueue, outputs to the event loop."""
+    """Thread-side `CoreTransport`: commands from a SimpleQueue, outputs to the event loop
+    through a deque that `deliver_waiting` drains (from a callback the core thread schedules,
+    or earlier, from the server)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_outputs: OnOutputs):
         self.inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self.outbox: deque[CoreOutputs] = deque()
         self.loop, self.on_outputs = loop, on_outputs
 
     def receive(self, block: bool) -> list[Command] | None:
@@ -65,10 +78,19 @@ class _QueueTransport:
             return commands
 
     def send(self, outputs: CoreOutputs) -> None:
+        self.outbox.append(outputs)
         try:
-            self.loop.call_soon_threadsafe(self.on_outputs, outputs)
+            self.loop.call_soon_threadsafe(self.deliver_waiting)
         except RuntimeError:
             pass  # the event loop is closed: nobody is listening any more
+
+    def deliver_waiting(self) -> None:
+        outbox = self.outbox
+        while outbox:
+            try:
+                self.on_outputs(outbox.popleft())
+            except Exception:  # one bad step's outputs must not stop the routing of later ones
+                log.exception("handling the engine core's outputs failed")
 
 
 class ThreadCoreClient:
@@ -96,6 +118,10 @@ class ThreadCoreClient:
     def send(self, command: Command) -> None:
         if self._transport is not None:
             self._transport.inbox.put(command)
+
+    def deliver_waiting(self) -> None:
+        if self._transport is not None:
+            self._transport.deliver_waiting()
 
     async def stop(self, timeout: float) -> int | None:
         if self._thread is not None and self._thread.is_alive():

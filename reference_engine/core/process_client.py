@@ -5,8 +5,11 @@ private temporary directory (mode 0700, so no other local user can connect), the
 `python -m reference_engine.core.process` with the `CoreLaunch` on its stdin. Startup
 overlaps: the core loads its model while the server loads its tokenizer.
 
-Sending never blocks the event loop (no high-water mark; ZeroMQ's I/O thread writes);
-receiving is an asyncio task that decodes each `CoreOutputs` (msgspec) and hands it on.
+Sending never blocks the event loop (no high-water mark; ZeroMQ's I/O thread writes).
+Receiving is a reader callback on the PULL socket's file descriptor that decodes each
+`CoreOutputs` (msgspec) and hands it on at once; `deliver_waiting` runs the same drain from
+anywhere on the loop, so that the server can route outputs before other work (a frame handed
+to a future first would let a later frame, drained meanwhile, overtake it).
 A thread waits on the child: if it exits while the server still needs it, `on_exit` runs on
 the event loop with its status.
 """
@@ -21,10 +24,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 
 import msgspec
 import zmq
-import zmq.asyncio
 
 from reference_engine.core.client import CoreStartError, OnExit, OnOutputs
 from reference_engine.core.launch import CoreLaunch
@@ -50,8 +53,8 @@ class ProcessCoreClient:
         self._dir: str | None = None
         self._sync_ctx: zmq.Context | None = None
         self._push: zmq.Socket | None = None
-        self._pull: zmq.asyncio.Socket | None = None
-        self._reader: asyncio.Task | None = None
+        self._pull: zmq.Socket | None = None
+        self._on_frame: Callable[[zmq.Frame], None] | None = None
         self._exited: asyncio.Event | None = None
         self._on_exit: OnExit | None = None
         self._alive = False  # the child runs and reads commands
@@ -76,7 +79,7 @@ class ProcessCoreClient:
         self._push.setsockopt(zmq.SNDHWM, 0)
         self._push.setsockopt(zmq.LINGER, 0)
         self._push.bind(input_addr)
-        self._pull = zmq.asyncio.Context(self._sync_ctx).socket(zmq.PULL)
+        self._pull = self._sync_ctx.socket(zmq.PULL)
         self._pull.setsockopt(zmq.RCVHWM, 0)
         self._pull.setsockopt(zmq.LINGER, 0)
         self._pull.bind(output_addr)
@@ -97,7 +100,18 @@ class ProcessCoreClient:
         threading.Thread(
             target=self._wait_child, args=(loop,), name="kvscope-core-monitor", daemon=True
         ).start()
-        first = asyncio.ensure_future(self._pull.recv(copy=False))
+        first: asyncio.Future[zmq.Frame] = loop.create_future()
+        decoder = msgspec.msgpack.Decoder(CoreOutputs)
+
+        def on_frame(frame: zmq.Frame) -> None:
+            if not first.done():
+                first.set_result(frame)  # the handshake; the core sends nothing else before it
+            else:
+                on_outputs(decoder.decode(frame.buffer))
+
+        self._on_frame = on_frame
+        loop.add_reader(self._pull.getsockopt(zmq.FD), self.deliver_waiting)
+        self.deliver_waiting()  # the descriptor signals changes only: take what came before
         exited = asyncio.ensure_future(self._exited.wait())
         done, _ = await asyncio.wait(
             {first, exited}, timeout=READY_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
@@ -116,14 +130,18 @@ class ProcessCoreClient:
         if isinstance(message, CoreStartFailed):
             await self.stop(30.0)
             raise CoreStartError(message.message)
-        self._reader = asyncio.ensure_future(self._read(on_outputs))
         return message
 
-    async def _read(self, on_outputs: OnOutputs) -> None:
-        decoder = msgspec.msgpack.Decoder(CoreOutputs)
-        while True:
-            frame = await self._pull.recv(copy=False)
-            on_outputs(decoder.decode(frame.buffer))
+    def deliver_waiting(self) -> None:
+        """Hand on every frame the core has sent that is not handled yet, in order."""
+        pull = self._pull
+        # ZeroMQ's descriptor is edge-triggered: drain until the socket says it holds none.
+        while not self._closed and pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            frame = pull.recv(zmq.NOBLOCK, copy=False)
+            try:
+                self._on_frame(frame)
+            except Exception:  # one bad frame must not stop the routing of every later one
+                log.exception("handling the engine core's outputs failed")
 
     def _wait_child(self, loop: asyncio.AbstractEventLoop) -> None:
         status = self.proc.wait()
@@ -159,8 +177,8 @@ class ProcessCoreClient:
                 self.proc.kill()
                 self.proc.wait()
         self._alive, self._closed = False, True
-        if self._reader is not None:
-            self._reader.cancel()
+        if self._on_frame is not None:
+            asyncio.get_running_loop().remove_reader(self._pull.getsockopt(zmq.FD))
         self._pull.close()
         self._push.close()
         self._sync_ctx.term()

@@ -5,8 +5,10 @@ per event-loop iteration.
 An event loop runs the callbacks that were ready when an iteration began, then polls for I/O.
 A burst of arrivals wakes all its handlers in one iteration, so the engine core's outputs that
 come in meanwhile wait for the whole burst: at 256 requests at once, streams' first tokens were
-written 12-57 ms after the core produced them. In turns, outputs wait for one turn at most
-(~1 ms); the burst as a whole is admitted as fast as before.
+written 12-57 ms after the core produced them. In turns, the loop polls for I/O (the core's
+outputs, new connections) between turns; the burst as a whole is admitted as fast as before.
+(Each request also routes the outputs already waiting before its own work:
+`AsyncEngine.route_waiting`.)
 """
 
 from __future__ import annotations

@@ -104,6 +104,13 @@ class AsyncEngine:
         self.client.send(AddRequest(sub.request_id, sub.prompt_token_ids, sub.params, sub.arrival_time))
         return stream
 
+    def route_waiting(self) -> None:
+        """Route the core's outputs that have arrived, now: called before a request's own
+        admission work, so that in a burst of arrivals the streams already running are not
+        held back behind it (their tokens are written within one admission's work of arriving,
+        not behind the whole burst's)."""
+        self.client.deliver_waiting()
+
     def release(self, stream: RequestStream) -> None:
         """The handler is done with `stream`: abort the request in the core unless it ended."""
         self._live.discard(stream.request_id)

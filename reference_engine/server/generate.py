@@ -100,6 +100,7 @@ async def _generate(
     arrival, arrival_unix = time.monotonic(), time.time()
     state = request.app[STATE]
     await state.turns.take()
+    state.engine.route_waiting()
     req = parse(decode_body(await request.read()))
     model = check_model(req.model, state)
     prompt_ids, prompt_text = tokenize(req, state)
