@@ -178,9 +178,12 @@ class _SseWriter:
         self.unfinished = gen.req.params.n
         self.hold_last = self.timing_object and not gen.req.include_usage
         self.held: dict | None = None
+        # A one-choice stream's later chunks' template: once its first chunk is out, the
+        # stream's text sink is `write_text` (installed by `render`).
         templates = self.builder.templates
-        if gen.req.params.n == 1 and templates is not None and templates[0][1]:
-            stream.text_sink = self.write_text
+        self.text_lane = (
+            templates[0][1] if gen.req.params.n == 1 and templates is not None and templates[0][1] else None
+        )
 
     def render(self, events: list[Event]) -> bytes:
         """The batch's chunks, ending with `[DONE]` when it holds the terminal event."""
@@ -224,6 +227,8 @@ class _SseWriter:
                     chunks.append(self.held)
                     self.held = None
                 chunks.append(event.error.body())
+        if self.text_lane is not None and builder.started[0] and not self.done:
+            self.stream.text_sink = self.write_text
         payload = b"".join([c if type(c) is bytes else _sse(c) for c in chunks])
         return payload + _DONE if self.done and not was_done else payload
 
@@ -239,11 +244,12 @@ class _SseWriter:
         return True
 
     def write_text(self, produced: float, text: str) -> bool:
-        """The stream's `text_sink` (one choice only): its text as a later chunk, from the
-        template; declines before the first chunk, which `render` writes."""
-        if not self.builder.started[0] or not self._writable():
+        """The stream's `text_sink` once its first chunk is out (one choice only): its text
+        as a later chunk, from the template."""
+        if not self._writable():
             return False
-        self._send(self.builder.text_chunk(0, text), produced)
+        prefix, suffix = self.text_lane
+        self._send(prefix + _encode(text) + suffix, produced)
         return True
 
     def _writable(self) -> bool:

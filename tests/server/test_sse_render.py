@@ -123,12 +123,12 @@ def test_the_text_shortcut_writes_what_the_delta_would(shape):
         w.transport = _Transport()
     n = short.gen.req.params.n
     offered = n == 1 and "logprobs" not in shape and "score" not in shape
+    assert short.stream.text_sink is None  # the first chunk is the Delta's
+    first = [Delta(0, [7], "Hi", [], None)]
+    assert short.write_now(1.0, first) and full.write_now(1.0, first)
     assert (short.stream.text_sink is not None) == offered
     if not offered:
         return
-    assert not short.write_text(1.0, "too early")  # the first chunk is the Delta's
-    first = [Delta(0, [7], "Hi", [], None)]
-    assert short.write_now(1.0, first) and full.write_now(1.0, first)
     for text in TEXTS:
         assert short.write_text(1.0, text)
         assert full.write_now(1.0, [Delta(0, [7], text, [], None)])
