@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Decode = Callable[[list[int]], str]
+_utf_8_decode = codecs.utf_8_decode  # a global, not an attribute lookup, per token per stream
 
 
 @dataclass(slots=True)
@@ -48,10 +49,11 @@ class IncrementalDetokenizer:
         end = len(self.text) if cut < 0 else cut
         if not final and cut < 0 and self.stop:
             end -= self._possible_stop_prefix()
-        end = max(end, self.emitted)
-        out = self.text[self.emitted : end]
+        emitted = self.emitted
+        if end <= emitted:
+            return ""
         self.emitted = end
-        return out
+        return self.text[emitted:end]
 
     def _possible_stop_prefix(self) -> int:
         longest = 0
@@ -105,7 +107,7 @@ class ByteTableDetokenizer(IncrementalDetokenizer):
             data = b"".join(pieces[t] for t in token_ids if 0 <= t < len(pieces))
         if self.pending:
             data = self.pending + data
-        text, used = codecs.utf_8_decode(data, "replace", False)  # not final: keeps a partial end
+        text, used = _utf_8_decode(data, "replace", False)  # not final: keeps a partial end
         self.pending = data[used:] if used < len(data) else b""
         self.text += text
 

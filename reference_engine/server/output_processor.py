@@ -180,15 +180,17 @@ class OutputProcessor:
             choice.num_cached_tokens = timing.num_cached_tokens
         detok = choice.detokenizer
         cut = -1
-        if out.new_token_ids:
-            if choice.last_token_time is not None:
-                self.inter_token_gaps.append(now - choice.last_token_time)
+        token_ids = out.new_token_ids
+        if token_ids:
+            last = choice.last_token_time
+            if last is not None:
+                self.inter_token_gaps.append(now - last)
             elif choice.first_token_time is not None:
                 ttft = choice.first_token_time - choice.arrival_time
                 self.defer(self.metrics.observe_first_token, ttft)
             choice.last_token_time = now
-            choice.num_output_tokens += len(out.new_token_ids)
-            detok.add(out.new_token_ids)
+            choice.num_output_tokens += len(token_ids)
+            detok.add(token_ids)
             if detok.stop:
                 cut = detok.find_stop()
         reason = out.finish_reason
