@@ -28,7 +28,7 @@ Thread safety: everything is observed and rendered on the event loop's thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,6 +38,7 @@ from prometheus_client.metrics_core import Metric
 
 from reference_engine.core.messages import CoreStats
 from reference_engine.server.timing import SequenceTimes
+from reference_engine.server.token_histogram import TokenHistogram
 
 TTFT_BUCKETS = (
     0.001,
@@ -269,8 +270,14 @@ class VllmMetrics:
         self.ttft = histogram(
             "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
         )
-        self.itl = histogram(
-            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS
+        # Observed per token per stream: a step's worth at a time (`token_histogram`).
+        per_token = dict(zip(labels, values))
+        self.itl = TokenHistogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            per_token,
+            ITL_BUCKETS,
+            reg,
         )
         self.e2e = histogram(
             "vllm:e2e_request_latency_seconds",
@@ -304,11 +311,13 @@ class VllmMetrics:
             registry=reg,
         )
         info.labels(*cache_info.values(), "0").set(1)
-        self.write_delay = histogram(
+        self.write_delay = TokenHistogram(
             "kvscope:stream_write_delay_seconds",
             "Server-side delay from a step's tokens existing in the engine core to their SSE chunk "
             "being written.",
+            per_token,
             WRITE_DELAY_BUCKETS,
+            reg,
         )
         self.residency = (
             {
@@ -342,11 +351,11 @@ class VllmMetrics:
     def observe_first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
 
-    def observe_inter_token(self, seconds: float) -> None:
-        self.itl.observe(seconds)
+    def observe_inter_tokens(self, seconds: Collection[float]) -> None:
+        self.itl.observe_many(seconds)
 
-    def observe_write_delay(self, seconds: float) -> None:
-        self.write_delay.observe(seconds)
+    def observe_write_delays(self, seconds: Collection[float]) -> None:
+        self.write_delay.observe_many(seconds)
 
     def observe_finished(self, seq: FinishedSequence, reason: str) -> None:
         """One finished sequence. Stages it never reached (an abort while queued) are skipped."""

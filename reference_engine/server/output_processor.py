@@ -156,10 +156,8 @@ class OutputProcessor:
         pending, self.pending = self.pending, []
         for observe, args in pending:
             observe(*args)
-        for seconds in self.inter_token_gaps:
-            self.metrics.observe_inter_token(seconds)
-        for seconds in self.write_delays:
-            self.metrics.observe_write_delay(seconds)
+        self.metrics.observe_inter_tokens(self.inter_token_gaps)
+        self.metrics.observe_write_delays(self.write_delays)
         self.inter_token_gaps.clear()
         self.write_delays.clear()
 

@@ -270,7 +270,7 @@ class _SseWriter:
         if payload:
             await self.response.write(payload)
             if produced and self.carried_tokens:
-                self.metrics.observe_write_delay(time.monotonic() - produced)
+                self.metrics.observe_write_delays((time.monotonic() - produced,))
 
 
 async def stream_sse(
