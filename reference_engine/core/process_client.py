@@ -134,6 +134,8 @@ class ProcessCoreClient:
 
     def deliver_waiting(self) -> None:
         """Hand on every frame the core has sent that is not handled yet, in order."""
+        if self._on_frame is None:
+            return  # not started: nothing can have arrived
         pull = self._pull
         # ZeroMQ's descriptor is edge-triggered: drain until the socket says it holds none.
         while not self._closed and pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:

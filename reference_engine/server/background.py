@@ -67,7 +67,12 @@ class BackgroundServer:
     async def _start(self) -> None:
         log = RateLimitedLog(logging.getLogger("kvscope.server"))
         self._runner = GuardedAppRunner(
-            self.app, self.limits, log, handler_cancellation=True, access_log=None
+            self.app,
+            self.limits,
+            log,
+            before_request=self.app[STATE].engine.route_waiting,
+            handler_cancellation=True,
+            access_log=None,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, backlog=self.limits.max_connections)

@@ -15,7 +15,10 @@ open connections. `GuardedRequestHandler` adds, per connection:
   408 (if no response has started) and close; the handler waiting on it sees the connection
   drop, so an unread request never reaches the engine;
 - a connection cap: past `max_connections` open ones, a new connection gets a 503 and is
-  closed at once.
+  closed at once;
+- `before_request`, called as a request's bytes come in and before aiohttp parses them (the
+  server routes the engine core's waiting outputs there: a burst of arrivals is parsed
+  within one event-loop iteration, and the streams already running go first).
 
 It builds on `RequestHandler`'s overridable methods (`connection_made`, `data_received`,
 `handle_error`, `finish_response`, `connection_lost`), on `Server`'s request factory (the
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -79,7 +83,13 @@ class GuardedServer(web.Server):
     """aiohttp's `Server` with `GuardedRequestHandler` connections, built from the plain one
     an `AppRunner` makes (same handler, request factory and settings)."""
 
-    def __init__(self, plain: web.Server, limits: HttpLimits, log: RateLimitedLog) -> None:
+    def __init__(
+        self,
+        plain: web.Server,
+        limits: HttpLimits,
+        log: RateLimitedLog,
+        before_request: Callable[[], None] | None = None,
+    ) -> None:
         # `_kwargs` and `_loop` are the plain server's own settings (access log, debug, ...).
         kwargs = {**plain._kwargs, "keepalive_timeout": limits.keep_alive_timeout_s}
         kwargs["lingering_time"] = min(LINGER_S, limits.body_timeout_s)
@@ -93,6 +103,7 @@ class GuardedServer(web.Server):
         self._make_plain_request = plain.request_factory
         self.limits = limits
         self.log = log
+        self.before_request = before_request
 
     def _new_request(self, message, payload, protocol, writer, task) -> web.BaseRequest:
         if isinstance(protocol, GuardedRequestHandler):
@@ -138,9 +149,13 @@ class GuardedRequestHandler(RequestHandler):
     def data_received(self, data: bytes) -> None:
         if self._linger_timer is not None:
             return  # answered and closing: what the client still sends is dropped
-        # The first byte of a request after the previous response starts its header deadline.
-        if data and not self._busy and self._header_timer is None and self._body is None:
-            self._arm_header_timer()
+        if not self._busy and self._body is None:
+            # A request's bytes, before it is parsed: the server's own work goes first.
+            if self._guard.before_request is not None:
+                self._guard.before_request()
+            # The first byte of a request after the previous response starts its header deadline.
+            if data and self._header_timer is None:
+                self._arm_header_timer()
         queued = len(self._messages)
         super().data_received(data)
         if self._body is None:
@@ -263,10 +278,18 @@ def _peer(transport: asyncio.BaseTransport | None) -> str:
 class GuardedAppRunner(web.AppRunner):
     """`web.AppRunner` whose connections are `GuardedRequestHandler`s."""
 
-    def __init__(self, app: web.Application, limits: HttpLimits, log: RateLimitedLog, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        limits: HttpLimits,
+        log: RateLimitedLog,
+        before_request: Callable[[], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(app, **kwargs)
         self._limits = limits
         self._log = log
+        self._before_request = before_request
 
     async def _make_server(self) -> web.Server:
-        return GuardedServer(await super()._make_server(), self._limits, self._log)
+        return GuardedServer(await super()._make_server(), self._limits, self._log, self._before_request)

@@ -169,6 +169,7 @@ async def serve(
         app,
         limits,
         RateLimitedLog(log),
+        before_request=app[STATE].engine.route_waiting,
         handler_cancellation=True,
         access_log=log if access_log else None,
     )
