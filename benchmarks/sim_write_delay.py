@@ -28,8 +28,8 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.stream_client import Child, pct, run_streams
@@ -96,14 +96,6 @@ def measure(url: str, bodies: list[dict]) -> Repeat:
     )
 
 
-def threads_of(pid: int) -> list[int]:
-    return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-
-
-def children_of(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 def place(start_server, pin: bool) -> tuple[Child, str]:
     """Start the server on a CPU of its own (its threads and the core process inherit it), then
     move the core process and this process to the other CPUs. (child, what was done, in words)."""
@@ -119,11 +111,11 @@ def place(start_server, pin: bool) -> tuple[Child, str]:
     finally:
         os.sched_setaffinity(0, rest)
     deadline = time.monotonic() + 30
-    while not (cores := children_of(child.proc.pid)) and time.monotonic() < deadline:
+    while not (cores := psutil.Process(child.proc.pid).children()) and time.monotonic() < deadline:
         time.sleep(0.05)
     for core in cores:
-        for tid in threads_of(core):
-            os.sched_setaffinity(tid, rest)
+        for thread in core.threads():
+            os.sched_setaffinity(thread.id, rest)
     os.nice(10)  # the core's step beats the client's parsing to their shared CPU
     shared = ",".join(map(str, sorted(rest)))
     return child, f"API server on CPU {cpus[0]}; engine core and client (nice 10) on CPU {shared}"

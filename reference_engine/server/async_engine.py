@@ -105,10 +105,11 @@ class AsyncEngine:
         return stream
 
     def route_waiting(self) -> None:
-        """Route the core's outputs that have arrived, now: called before a request's own
-        admission work, so that in a burst of arrivals the streams already running are not
-        held back behind it (their tokens are written within one admission's work of arriving,
-        not behind the whole burst's)."""
+        """Route the core's outputs that have arrived, now: called before a request's bytes
+        are parsed (the HTTP server's `before_request`) and before its admission work, so that
+        in a burst of arrivals the streams already running are not held back behind it (their
+        tokens are written within one request's parsing or admission of arriving, not behind
+        the whole burst's)."""
         self.client.deliver_waiting()
 
     def release(self, stream: RequestStream) -> None:

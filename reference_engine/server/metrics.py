@@ -271,11 +271,11 @@ class VllmMetrics:
             "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
         )
         # Observed per token per stream: a step's worth at a time (`token_histogram`).
-        per_token = dict(zip(labels, values))
+        labelled = dict(zip(labels, values))
         self.itl = TokenHistogram(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
-            per_token,
+            labelled,
             ITL_BUCKETS,
             reg,
         )
@@ -315,7 +315,7 @@ class VllmMetrics:
             "kvscope:stream_write_delay_seconds",
             "Server-side delay from a step's tokens existing in the engine core to their SSE chunk "
             "being written.",
-            per_token,
+            labelled,
             WRITE_DELAY_BUCKETS,
             reg,
         )
