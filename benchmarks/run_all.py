@@ -118,6 +118,14 @@ BENCHES = (
         120,
     ),
     _module(
+        "sim_write_delay_shared_cpu",
+        "Server-side write delay at 256 simulated streams, the machine's other threads free to "
+        "run on the server's CPU",
+        "benchmarks.sim_write_delay",
+        120,
+        "--no-isolate",
+    ),
+    _module(
         "sim_write_delay_unpinned",
         "Server-side write delay at 256 simulated streams, server, core and client unpinned",
         "benchmarks.sim_write_delay",
