@@ -110,8 +110,13 @@ class RequestStream:
 
     async def next_events(self) -> list[Event]:
         """The next batch, and every batch queued behind it: a handler that fell behind the core
-        catches up in one write instead of one per step. `produced` is the oldest batch's."""
-        self.produced, events = await self.queue.get()
+        catches up in one write instead of one per step. `produced` is the oldest of the core's
+        batches among them (0.0 if none is): behind `Admitted`, which the server made, the first
+        tokens' delay is still measured."""
+        produced, events = await self.queue.get()
         while not self.queue.empty():
-            events = events + self.queue.get_nowait()[1]
+            later, more = self.queue.get_nowait()
+            produced = produced or later
+            events = events + more
+        self.produced = produced
         return events

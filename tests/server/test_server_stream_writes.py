@@ -5,6 +5,7 @@ handler's draining write instead, complete and in order, once it reads again."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -133,6 +134,17 @@ def test_a_batch_never_overtakes_one_already_queued_for_the_handler():
     stream.sink = sink  # the handler drained the queue and waits again
     stream.put(3.0, ["third"])
     assert taken == [["third"]] and stream.queue.empty()
+
+
+def test_a_handler_that_fell_behind_measures_from_the_oldest_tokens_the_core_made():
+    # A handler reached in a burst finds `Admitted` (made by the server: 0.0) with the first
+    # tokens queued behind it; their write delay counts from when the core made them.
+    stream = RequestStream("r")
+    stream.queue.put_nowait((0.0, ["admitted"]))
+    stream.queue.put_nowait((2.0, ["first"]))
+    stream.queue.put_nowait((3.0, ["second"]))
+    assert asyncio.run(stream.next_events()) == ["admitted", "first", "second"]
+    assert stream.produced == 2.0
 
 
 def test_a_client_that_stops_reading_gets_every_chunk_in_order_through_the_handler(server, monkeypatch):
