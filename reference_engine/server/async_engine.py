@@ -53,6 +53,7 @@ class AsyncEngine:
         # Called once each iteration's outputs are routed and observed (the server's garbage
         # collection, `gc_schedule`).
         self.after_pass: Callable[[], None] | None = None
+        self._after_pass_due = False  # scheduled for when this loop iteration's writes are done
 
     async def start(self, served_model_name: str) -> CoreReady:
         """Start the core and wait until it is ready. Raises CoreStartError."""
@@ -137,14 +138,18 @@ class AsyncEngine:
         stops = self.processor.process(outputs)
         if stops:
             self.client.send(StopSequences(stops))
-        # After the handlers this iteration woke have written.
-        asyncio.get_running_loop().call_soon(self._after_pass)
+        # After the handlers this iteration woke have written; once for however many steps
+        # `deliver_waiting` routed in a row.
+        if not self._after_pass_due:
+            self._after_pass_due = True
+            asyncio.get_running_loop().call_soon(self._after_pass)
         if outputs.failure is not None:
             log.error("the engine core failed (%s); refusing further requests", outputs.failure)
             self.failed = True
             self.processor.fail_all(engine_failed())
 
     def _after_pass(self) -> None:
+        self._after_pass_due = False
         self.processor.observe_pending()
         if self.after_pass is not None:
             self.after_pass()

@@ -2,7 +2,8 @@
 server asks, before the event loop comes to them, in order and once each, with the engine core
 in its own process (a simulated one: real steps, real ZeroMQ) and on a thread. The server asks
 before each request's admission work (`AsyncEngine.route_waiting`), so that a burst of arrivals
-does not hold back the streams already running."""
+does not hold back the streams already running; the steps it routes in a row are observed in
+one pass after them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from reference_engine.core.launch import CoreLaunch, build_core
 from reference_engine.core.messages import AddRequest, CoreOutputs
 from reference_engine.core.process_client import ProcessCoreClient
 from reference_engine.sampling_params import SamplingParams
+from reference_engine.server.async_engine import AsyncEngine
+from reference_engine.sim.engine import load_sim_tokenizer
 from reference_engine.sim.spec import SimSpec
 
 LAUNCH = CoreLaunch(EngineConfig(max_model_len=4096), SimSpec("llama-3.1-70b", "h100-80gb", 4))
@@ -79,3 +82,22 @@ def test_the_thread_client_hands_on_what_arrived_when_asked():
     built = build_core(LAUNCH)
     client = ThreadCoreClient(built.engine, built.ready, built.on_step_start)
     asyncio.run(_outputs_wait_for_the_server(client))
+
+
+def test_steps_routed_together_are_observed_after_one_pass():
+    async def run() -> int:
+        engine = AsyncEngine(ProcessCoreClient(LAUNCH), load_sim_tokenizer())
+        passes: list[int] = []
+        await engine.start("m")
+        engine.after_pass = lambda: passes.append(1)
+        try:
+            params = SamplingParams(max_tokens=TOKENS, ignore_eos=True)
+            engine.client.send(AddRequest("r", [1, 2, 3], params, time.monotonic()))
+            time.sleep(1.0)  # every step's outputs arrive while the loop is blocked
+            engine.route_waiting()
+            await asyncio.sleep(0.3)
+        finally:
+            await engine.stop(30.0)
+        return len(passes)
+
+    assert asyncio.run(run()) == 1  # the six steps' outputs, one observation pass
