@@ -6,9 +6,10 @@ With --only, the named benchmarks' sections are replaced and every other section
 existing file is kept as it was (each carries its own machine line and date).
 
 Each benchmark runs as its own subprocess with a timeout, in its own process group (so a
-server it started goes down with it), and prints markdown that is copied into RESULTS.md
-under its command, the machine and the date. A benchmark that is missing, fails, times out
-or does not fit in what is left of the overall budget is reported as such; the run goes on.
+server it started goes down with it; SIGTERM, then SIGKILL), and prints markdown that is
+copied into RESULTS.md under its command, the machine and the date. A benchmark that is
+missing, fails, times out or does not fit in what is left of the overall budget is reported
+as such; the run goes on.
 The overall budget keeps `make bench` under 15 minutes on a 2-core machine.
 """
 
@@ -27,6 +28,7 @@ from benchmarks.machine_info import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+STOP_GRACE_S = 10  # between a timed-out benchmark's SIGTERM and its SIGKILL
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +176,18 @@ class Outcome:
     detail: str = ""
 
 
+def _stop_group(proc: subprocess.Popen) -> tuple[str, str]:
+    """End the process group `proc` leads, servers included: SIGTERM first, so a benchmark can
+    undo what it changed on the machine (CPU affinities), SIGKILL what is left after a grace
+    period. (stdout, stderr)."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.communicate()
+
+
 def run_bench(bench: Bench, timeout_s: float) -> Outcome:
     started = machine().line()
     if not (ROOT / bench.script).exists():
@@ -191,8 +205,7 @@ def run_bench(bench: Bench, timeout_s: float) -> Outcome:
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group this call started, servers included
-        out, err = proc.communicate()
+        out, err = _stop_group(proc)
         return Outcome(
             bench,
             "timed out",

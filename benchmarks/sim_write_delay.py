@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import urllib.request
@@ -195,6 +196,8 @@ def main() -> None:
         help="leave the machine's other threads free to run on the server's CPU (see Isolation above)",
     )
     args = ap.parse_args()
+    # A SIGTERM (run_all's timeout) unwinds like Ctrl-C, so the isolation is undone.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     model = "llama-3.1-70b"
     argv = [sys.executable, "-m", "reference_engine.server.serve_cli", "--port", "0", "--simulate"]
     argv += ["--sim-model", model, "--sim-gpu", "h100-80gb", "--tensor-parallel-size", "4"]

@@ -99,11 +99,14 @@ def test_run_all_reports_missing_failing_and_slow_benchmarks(tmp_path):
     failing = run_all.run_bench(
         run_all.Bench("f", "f", (py, "-c", "import sys; print('| a |'); sys.exit(3)"), 5, here), 5
     )
+    # A timed-out benchmark gets SIGTERM first: it can undo what it changed on the machine.
+    undoes = "import signal, sys, time; signal.signal(15, lambda *a: print('undone') or sys.exit(1))"
     slow = run_all.run_bench(
-        run_all.Bench("s", "s", (py, "-c", "import time; print('x', flush=True); time.sleep(30)"), 1, here), 1
+        run_all.Bench("s", "s", (py, "-c", undoes + "; print('x', flush=True); time.sleep(30)"), 1, here), 1
     )
     ok = run_all.run_bench(run_all.Bench("o", "o", (py, "-c", "print('| ok |')"), 5, here), 5)
     assert [o.status for o in (missing, failing, slow, ok)] == ["missing", "failed", "timed out", "ok"]
+    assert "undone" in slow.stdout
     text = run_all.render([missing, failing, slow, ok], "test machine", 1.0)
     assert "exit status 3" in text and "| ok |" in text and "## GPU kernels" in text
     # --only: the benchmarks that ran replace their sections; every other one is kept.
