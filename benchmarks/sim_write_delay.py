@@ -20,10 +20,10 @@ the server's CPU in the middle of its pass over a step, and a whole step's write
 time slice (~4 ms): that measures the co-location, not the server. With one CPU, or with
 `--no-pin`, nothing is pinned.
 
-Isolation: while it runs, every other thread on the machine that may run on the server's CPU
-is moved off it (what `isolcpus` or `tuna --isolate` do; restored at the end; threads bound to
-that CPU alone, such as its softirq thread, stay). On the VM this was written on, a system
-agent at nice -10 and the kernel's memory monitor take a CPU for 2-6 ms now and then; landing
+Isolation (when pinned): while it runs, every other thread on the machine that may run on the
+server's CPU is moved off it (what `isolcpus` or `tuna --isolate` do; restored at the end;
+threads bound to that CPU alone, such as its softirq thread, stay). On the VM this was written
+on, a system agent at nice -10 and the kernel's memory monitor take a CPU for 2-6 ms now and then; landing
 on the server's CPU as a step arrives, one of them holds back all 256 of that step's writes,
 more than 1% of a run's, so it alone decides the run's p99. Moved to the core's CPU they can
 still delay a step on its way out of the core (counted too), but that window is ~0.1 ms per
