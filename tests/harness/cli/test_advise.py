@@ -21,6 +21,7 @@ from harness.bundle.deployment import BUNDLED, of_config
 from harness.run.commands import kvscope_command
 from reference_engine.config import EngineConfig
 from reference_engine.sim.engine import SimSpec
+from tests.exporter.test_exporter_app import wait_scraped
 from tests.harness.advisor.bundles import long_requests, simulate_bundle
 from tests.support.paths import ROOT
 from tests.support.prometheus import serve_app
@@ -209,7 +210,7 @@ def test_live_advice_from_a_running_exporter():
                 Options(interval=0.2, window=30),
             )
             async with serve_app(make_app(exporter)) as url:
-                await asyncio.sleep(2.5)
+                await wait_scraped(exporter, 12)  # 2.4 s of samples at the 0.2 s interval
                 text = await asyncio.to_thread(kvscope, "advise", "--live", url, "--window", "1m")
                 js = await asyncio.to_thread(kvscope, "advise", "--live", url, "--json")
                 return text, js
