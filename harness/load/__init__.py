@@ -7,12 +7,15 @@ May import locust, gevent and `harness.workload`; never torch, pandas or the eng
 """
 
 from harness.load.fixed_length import FixedLengthUser
+from harness.load.session_user import Opening, SessionUser, WorkloadInputError
 from harness.load.shapes import StepAndSpikeShape
 from harness.load.user import LLMUser, register_workload
 from harness.workload.arrivals import Slot
+from harness.workload.conversations import load_conversations
 from harness.workload.lengths import MAX_TOTAL, load_sharegpt, pick, sharegpt_like, spread
 from harness.workload.prompts import seeded_text, text, words
 from harness.workload.request_spec import RequestSpec
+from harness.workload.sessions import Session, Turn
 from harness.workload.traces import MOONCAKE_BLOCK_TOKENS, TraceEntry, load_trace, trace_offsets
 
 __all__ = [
@@ -20,10 +23,16 @@ __all__ = [
     "MOONCAKE_BLOCK_TOKENS",
     "FixedLengthUser",
     "LLMUser",
+    "Opening",
     "RequestSpec",
+    "Session",
+    "SessionUser",
     "Slot",
     "StepAndSpikeShape",
     "TraceEntry",
+    "Turn",
+    "WorkloadInputError",
+    "load_conversations",
     "load_sharegpt",
     "load_trace",
     "pick",
