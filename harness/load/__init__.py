@@ -9,11 +9,13 @@ May import locust, gevent and `harness.workload`; never torch, pandas or the eng
 from harness.load.fixed_length import FixedLengthUser
 from harness.load.session_user import Opening, SessionUser, WorkloadInputError
 from harness.load.shapes import StepAndSpikeShape
+from harness.load.trace_sessions import TraceSession, TraceSessions, close_trace_turn, next_messages
 from harness.load.user import LLMUser, register_workload
 from harness.workload.arrivals import Slot
 from harness.workload.conversations import load_conversations
 from harness.workload.lengths import MAX_TOTAL, load_sharegpt, pick, sharegpt_like, spread
 from harness.workload.prompts import seeded_text, text, words
+from harness.workload.record import RequestRecord
 from harness.workload.request_spec import RequestSpec
 from harness.workload.sessions import Session, Turn
 from harness.workload.traces import MOONCAKE_BLOCK_TOKENS, TraceEntry, load_trace, trace_offsets
@@ -24,17 +26,22 @@ __all__ = [
     "FixedLengthUser",
     "LLMUser",
     "Opening",
+    "RequestRecord",
     "RequestSpec",
     "Session",
     "SessionUser",
     "Slot",
     "StepAndSpikeShape",
     "TraceEntry",
+    "TraceSession",
+    "TraceSessions",
     "Turn",
     "WorkloadInputError",
+    "close_trace_turn",
     "load_conversations",
     "load_sharegpt",
     "load_trace",
+    "next_messages",
     "pick",
     "register_workload",
     "seeded_text",

@@ -37,8 +37,7 @@ from harness.workload.sessions import (
     SessionEnd,
     SessionQuota,
     Turn,
-    digest,
-    end_after,
+    close_turn,
     fits,
 )
 
@@ -157,11 +156,8 @@ class SessionUser(LLMUser):
         session = self.session
         if session is None or spec.messages is None or session.pending is None:
             return  # a calibration probe
-        rec.session_id, rec.turn = session.session_id, session.turn
-        rec.history_hash = digest(session.history)
-        end = end_after(rec, session.pending.max_tokens)
+        end = close_turn(session, rec, answer)
         if end is None:
-            rec.conversation_hash = session.answered(answer or "", rec.prompt_tokens, rec.output_tokens)
             end = self._plan_next(session)
         if end is not None:
             rec.session_end = session.end = end

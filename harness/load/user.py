@@ -110,7 +110,7 @@ class LLMUser(FastHttpUser):
         o = self.ctx.opts
         return make_offsets(o.arrival, o.rate, o.seed) if o.rate > 0 else None
 
-    def request_for_slot(self, slot: Slot) -> RequestSpec:
+    def request_for_slot(self, slot: Slot) -> RequestSpec | None:
         return self.next_request()
 
     def option(self, dest: str) -> Any:
@@ -161,8 +161,9 @@ class LLMUser(FastHttpUser):
         if slot is None:
             return
         self._sleep(slot.scheduled_unix)
-        if not ctx.draining:
-            self.send(self.request_for_slot(slot), slot)
+        spec = None if ctx.draining else self.request_for_slot(slot)
+        if spec is not None:
+            self.send(spec, slot)
 
     def _sleep(self, until_unix: float) -> None:
         """Sleep until `until_unix` in short steps, so a drain (or a graceful stop) is not kept

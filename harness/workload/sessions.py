@@ -75,17 +75,20 @@ class Session:
         assert self.pending is not None and self.end is None
         return [*self.history, *self.pending.messages]
 
-    def estimated_prompt_tokens(self, turn: Turn, first_turn_tokens: int) -> int:
-        """The next prompt's tokens: the last prompt, its answer and the new messages, from
-        the server's own counts (`first_turn_tokens` before any)."""
+    def history_tokens(self) -> int | None:
+        """The tokens the history holds, from the server's own counts: the last prompt and
+        its answer (None before the first answer)."""
         if self.prompt_tokens is None:
+            return None
+        return self.prompt_tokens + (self.output_tokens or 0) + TEMPLATE_TOKENS_PER_MESSAGE
+
+    def estimated_prompt_tokens(self, turn: Turn, first_turn_tokens: int) -> int:
+        """The prompt tokens of `turn` sent next: the history and the new messages
+        (`first_turn_tokens` before any answer)."""
+        history = self.history_tokens()
+        if history is None:
             return first_turn_tokens
-        return (
-            self.prompt_tokens
-            + (self.output_tokens or 0)
-            + turn.new_tokens
-            + TEMPLATE_TOKENS_PER_MESSAGE * (len(turn.messages) + 1)
-        )
+        return history + turn.new_tokens + TEMPLATE_TOKENS_PER_MESSAGE * len(turn.messages)
 
     def answered(self, answer: str, prompt_tokens: int | None, output_tokens: int | None) -> str:
         """Append the pending turn and its answer; return the conversation's digest now."""
@@ -95,6 +98,25 @@ class Session:
         self.prompt_tokens, self.output_tokens = prompt_tokens, output_tokens
         self.pending = None
         return digest(self.history)
+
+    def skip_pending(self) -> None:
+        """Drop the pending turn (its request failed) and count it, without an answer: a
+        replayed trace sends the session's later turns all the same."""
+        self.turn += 1
+        self.pending = None
+
+
+def close_turn(session: Session, rec: Any, answer: str | None) -> SessionEnd | None:
+    """Fill a finished request's session columns (a `RequestRecord`) for the session's
+    pending turn and, when it succeeded, append the turn and its answer to the history.
+    Returns the end the request forces on the session (None: it may go on)."""
+    assert session.pending is not None
+    rec.session_id, rec.turn = session.session_id, session.turn
+    rec.history_hash = digest(session.history)
+    end = end_after(rec, session.pending.max_tokens)
+    if end is None:
+        rec.conversation_hash = session.answered(answer or "", rec.prompt_tokens, rec.output_tokens)
+    return end
 
 
 def end_after(rec: Any, asked_tokens: int) -> SessionEnd | None:
