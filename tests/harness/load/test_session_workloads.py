@@ -37,6 +37,16 @@ def by_session(records: list[dict]) -> dict[str, list[dict]]:
     return dict(sessions)
 
 
+def run_sessions(url: str, tmp, workload: str, sessions: int, *args: str, seconds: int = 60):
+    """`locust -f loadtests/WORKLOAD.py -u 2 --sessions N ARGS` (no failed request, as Locust
+    counts them): its measured records by session."""
+    found = by_session(
+        locust(url, tmp, workload, "-u", "2", "-r", "2", "--sessions", str(sessions), *args, seconds=seconds)
+    )
+    assert len(found) == sessions
+    return found
+
+
 def assert_each_turn_carries_the_last(turns: list[dict]) -> None:
     assert [t["turn"] for t in turns] == list(range(len(turns)))
     for before, after in zip(turns, turns[1:]):
@@ -46,14 +56,12 @@ def assert_each_turn_carries_the_last(turns: list[dict]) -> None:
 
 def test_multi_turn_sessions_grow_by_answer_and_message_and_end_the_run(url, tmp_path) -> None:
     start = time.monotonic()
-    m = locust(
-        url, tmp_path, "multi_turn", "-u", "3", "-r", "3", "--sessions", "7", "--turns", "3",
-        "--user-tokens", "10", "--answer-tokens", "6", "--system-tokens", "20", "--turn-think-time", "0-0.05",
-        seconds=60,
+    sessions = run_sessions(
+        url, tmp_path, "multi_turn", 7, "--turns", "3", "--user-tokens", "10", "--answer-tokens", "6",
+        "--system-tokens", "20", "--turn-think-time", "0-0.05",
     )  # fmt: skip
     assert time.monotonic() - start < 40  # --sessions ended it, not -t
-    sessions = by_session(m)
-    assert len(sessions) == 7 and all(len(t) == 3 for t in sessions.values())
+    assert all(len(t) == 3 for t in sessions.values())
     for turns in sessions.values():
         assert_each_turn_carries_the_last(turns)
         assert [t["session_end"] for t in turns] == [None, None, "completed"]
@@ -65,12 +73,10 @@ def test_multi_turn_sessions_grow_by_answer_and_message_and_end_the_run(url, tmp
 
 def test_a_sharegpt_file_replays_each_conversation_turn_by_turn(url, tmp_path) -> None:
     conversations = load_conversations(CONVERSATIONS).conversations
-    m = locust(
-        url, tmp_path, "multi_turn", "-u", "2", "-r", "2", "--sessions", str(len(conversations)),
-        "--dataset", str(CONVERSATIONS), "--answer-tokens", "5", "--turn-think-time", "0", seconds=60,
+    sessions = run_sessions(
+        url, tmp_path, "multi_turn", len(conversations), "--dataset", str(CONVERSATIONS),
+        "--answer-tokens", "5", "--turn-think-time", "0",
     )  # fmt: skip
-    sessions = by_session(m)
-    assert len(sessions) == len(conversations)
     replayed = []
     for turns in sessions.values():
         assert_each_turn_carries_the_last(turns)
@@ -90,13 +96,11 @@ def test_a_sharegpt_file_replays_each_conversation_turn_by_turn(url, tmp_path) -
 
 
 def test_agentic_sessions_share_the_preamble_and_append_tool_results(url, tmp_path) -> None:
-    m = locust(
-        url, tmp_path, "agentic", "-u", "2", "-r", "2", "--sessions", "4", "--steps", "5",
-        "--preamble-tokens", "300", "--task-tokens", "12", "--tool-tokens", "40", "--answer-tokens", "4",
-        seconds=60,
+    sessions = run_sessions(
+        url, tmp_path, "agentic", 4, "--steps", "5", "--preamble-tokens", "300", "--task-tokens", "12",
+        "--tool-tokens", "40", "--answer-tokens", "4",
     )  # fmt: skip
-    sessions = by_session(m)
-    assert len(sessions) == 4 and all(len(t) == 5 for t in sessions.values())
+    assert all(len(t) == 5 for t in sessions.values())
     for turns in sessions.values():
         assert_each_turn_carries_the_last(turns)
         assert turns[0]["prompt_tokens"] == STANDIN_TEMPLATE + 300 + 12
@@ -105,14 +109,15 @@ def test_agentic_sessions_share_the_preamble_and_append_tool_results(url, tmp_pa
 
 
 def test_a_traces_session_turns_go_in_order_with_their_history(url, tmp_path) -> None:
-    """Turns 20 ms apart in the trace, answers that take longer: each turn waits for the
-    previous answer, so it leaves late (recorded as lag) but carries the conversation."""
+    """A session's turns 40 ms apart in the trace, answers that take at least 60 ms (60
+    tokens, 1 ms apart): each turn waits for the previous answer, so it leaves at least 20 ms
+    late (recorded as lag), and carries the conversation."""
     rows = [
         {
             "arrival_s": 0.02 * k,
             "session_id": f"c{k % 2}",
-            "prompt_tokens": 30 + 20 * (k // 2),
-            "output_tokens": 30,
+            "prompt_tokens": 30 + 80 * (k // 2),
+            "output_tokens": 60,
         }
         for k in range(8)
     ]
@@ -124,8 +129,11 @@ def test_a_traces_session_turns_go_in_order_with_their_history(url, tmp_path) ->
     for turns in sessions.values():
         assert_each_turn_carries_the_last(turns)
         assert [t["session_end"] for t in turns] == [None, None, None, "completed"]
-        assert turns[0]["prompt_tokens"] == 30 and all(t["prompt_tokens"] >= 50 for t in turns[1:])
-        assert max(t["schedule_lag_s"] for t in turns) > 0.05  # they waited for the answers
+        assert [t["target_prompt_tokens"] for t in turns] == [30, 110, 190, 270] and turns[0][
+            "prompt_tokens"
+        ] == 30
+        assert all(b["prompt_tokens"] > a["prompt_tokens"] + 60 for a, b in zip(turns, turns[1:]))  # + answer
+        assert all(t["schedule_lag_s"] >= 0.02 for t in turns[1:])  # they waited for the answers
 
 
 def test_an_answer_the_server_breaks_ends_its_session_counted(tmp_path) -> None:
@@ -165,13 +173,10 @@ def test_sessions_end_before_they_overflow_the_context(tmp_path) -> None:
     """tiny-random with a 1,024-token context: sessions stop at the turn that would not fit,
     and say so, instead of sending requests the server refuses."""
     with engine(tmp_path, "--max-model-len", "1024") as target:
-        m = locust(
-            target, tmp_path, "multi_turn", "-u", "2", "-r", "2", "--sessions", "4", "--turns", "50",
-            "--user-tokens", "20", "--answer-tokens", "8", "--system-tokens", "0", "--turn-think-time", "0",
-            seconds=90,
+        sessions = run_sessions(
+            target, tmp_path, "multi_turn", 4, "--turns", "50", "--user-tokens", "20", "--answer-tokens", "8",
+            "--system-tokens", "0", "--turn-think-time", "0", seconds=90,
         )  # fmt: skip
-    sessions = by_session(m)
-    assert len(sessions) == 4 and all(r["ok"] for r in m)
     for turns in sessions.values():
         assert turns[-1]["session_end"] == "overflow" and 3 <= len(turns) < 50
         last = turns[-1]
