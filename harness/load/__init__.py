@@ -1,9 +1,11 @@
-"""What runs inside a Locust process — the user class, its per-environment state, the record
-transport to the master, the shapes — with this package's face the API `loadtests/`
-imports. Importing it imports Locust, which monkey-patches the process for gevent, so only
-Locust processes (the locustfiles, run by `kvscope run` or plain `locust -f`) import
-`harness.load`; the Locust-free pieces its users are made of live in `harness.workload`.
-May import locust, gevent and `harness.workload`; never torch, pandas or the engine.
+"""What runs inside a Locust process — the user classes (one request at a time, or a
+conversation at a time: `session_user`, and a trace's sessions: `trace_sessions`), their
+per-environment state, the record transport to the master, the shapes — with this package's
+face the API `loadtests/` imports. Importing it imports Locust, which monkey-patches the
+process for gevent, so only Locust processes (the locustfiles, run by `kvscope run` or plain
+`locust -f`) import `harness.load`; the Locust-free pieces its users are made of live in
+`harness.workload`. May import locust, gevent and `harness.workload`; never torch, pandas or
+the engine.
 """
 
 from harness.load.fixed_length import FixedLengthUser

@@ -40,11 +40,6 @@ class Distribution:
     b: float = 0.0
     minimum: float = 0.0
 
-    @property
-    def mean(self) -> float:
-        """The distribution's mean (before the floor at `minimum`)."""
-        return (self.a + self.b) / 2 if self.kind == "uniform" else self.a
-
     def draw(self, rng: random.Random) -> float:
         if self.kind == "constant":
             value = self.a
