@@ -23,6 +23,7 @@ from harness.analysis.latency import analyse_latency, window_bounds
 from harness.analysis.selfcheck import self_check
 from harness.analysis.server import clip_to_window, summarise_server, timeline
 from harness.analysis.server_split import server_split
+from harness.analysis.sessions import session_summary
 from harness.analysis.slo import Slos, parse_slos
 from harness.analysis.stats import distribution
 from harness.bundle.jsonfile import json_safe, write_json
@@ -123,6 +124,7 @@ def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> di
         "selfcheck": check.to_dict(),
         "server_split": server_split(b.requests, b.spans).to_dict(),
         "spans": b.run.get("spans"),  # the receiver's counts and the join's (bundle.spans), or None
+        "sessions": session_summary(b),  # multi-turn and agentic runs (analysis.sessions), or None
     }
     out["client"] = client_block(b.requests, out)
     out["headline"] = headline_figures(out)
@@ -215,6 +217,8 @@ def verdicts(s: dict[str, Any]) -> list[str]:
         lines.append(s["kv_band_verdict"])
     if s["preemption"].get("onset_unix") is not None:
         lines.append(s["preemption"]["verdict"])
+    if (s.get("sessions") or {}).get("verdict"):
+        lines.append(s["sessions"]["verdict"])
     if not s["reliable"]:
         lines.append("UNRELIABLE: " + "; ".join(s["selfcheck"]["reasons"]))
     return lines
