@@ -45,6 +45,7 @@ import pandas as pd
 from harness.analysis.bunching import bunching
 from harness.analysis.cache_hits import unexpected_hits
 from harness.analysis.stats import clean
+from harness.bundle.finding import Finding
 from harness.bundle.read import measured
 
 LAG_S = 0.050
@@ -57,7 +58,7 @@ TTFT_HISTOGRAM = "time_to_first_token_seconds"
 @dataclass(frozen=True, slots=True)
 class SelfCheck:
     reliable: bool
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[Finding] = field(default_factory=list)
     method: str = "none"  # "per_request", "histogram" or "none" (no server TTFT to compare with)
     delay_floor_s: float | None = None  # smallest client delay: network + parsing
     lag_p50_s: float | None = None  # client delay above the floor
@@ -67,11 +68,15 @@ class SelfCheck:
     server_ttft_p50_s: float | None = None
     schedule_lag_p99_s: float | None = None
     cpu_warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
     bunching: dict[str, Any] = field(default_factory=dict)  # analysis.bunching.Bunching
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            **asdict(self),
+            "reasons": [r.to_dict() for r in self.reasons],
+            "notes": [n.to_dict() for n in self.notes],
+        }
 
 
 def histogram_quantile(bounds: np.ndarray, counts: np.ndarray, q: float, upper: bool = False) -> float | None:
@@ -159,7 +164,7 @@ def _distortion(values: np.ndarray, lag: np.ndarray) -> tuple[float, float]:
     return float(reported - corrected), float(corrected)
 
 
-def _queue_unknown(ok: pd.DataFrame, server: pd.DataFrame) -> str | None:
+def _queue_unknown(ok: pd.DataFrame, server: pd.DataFrame) -> Finding | None:
     """A note when the server's per-request timings leave out queue time (llama.cpp's start
     when a slot takes the request): the client delay then includes any wait for a slot. When
     the server had requests waiting, that wait cannot be told from client lag, so the lag is
@@ -170,8 +175,13 @@ def _queue_unknown(ok: pd.DataFrame, server: pd.DataFrame) -> str | None:
     waiting = server["requests_waiting"] if "requests_waiting" in server.columns else pd.Series(dtype=float)
     base = "the server's per-request timings exclude queue time (they start when a slot takes the request)"
     if pd.to_numeric(waiting, errors="coerce").fillna(0).max() > 0:
-        return f"{base}; requests waited for a slot during the run, so client lag is not checked"
-    return f"{base}; no request waited for a slot, so the client delay is the client's"
+        return Finding(
+            "queue_time_unknown",
+            f"{base}; requests waited for a slot during the run, so client lag is not checked",
+        )
+    return Finding(
+        "queue_time_excluded", f"{base}; no request waited for a slot, so the client delay is the client's"
+    )
 
 
 def self_check(
@@ -183,8 +193,8 @@ def self_check(
     """Judge the run (see the module docstring for every threshold and its reason)."""
     requests = measured(all_requests)
     ok = requests[requests["ok"]]
-    reasons: list[str] = []
-    notes: list[str] = []
+    reasons: list[Finding] = []
+    notes: list[Finding] = []
     method, floor, l50, l99, s50 = "none", None, None, None, None
     distortions: dict[str, tuple[float, float]] = {}  # metric -> (distortion, corrected p99)
     per_req = _per_request(ok)
@@ -212,58 +222,79 @@ def self_check(
             if up99 is not None:
                 distortions = {"TTFT": (float(c99 - up99), up99)}
             notes.append(
-                "client delay from the server's TTFT histogram: a lower bound (bucket upper edges), no floor"
+                Finding(
+                    "lag_from_histogram",
+                    "client delay from the server's TTFT histogram: a lower bound (bucket upper edges), "
+                    "no floor",
+                )
             )
         elif timed := int(ok["server_ttft_s"].notna().sum()):
             notes.append(
-                f"server TTFT for {timed} request(s), fewer than the {MIN_REQUESTS} a check needs: "
-                "client delay not checked"
+                Finding(
+                    "server_ttft_too_few",
+                    f"server TTFT for {timed} request(s), fewer than the {MIN_REQUESTS} a check needs: "
+                    "client delay not checked",
+                )
             )
         else:
-            notes.append("no server TTFT (per request or histogram): client delay not checked")
+            notes.append(
+                Finding(
+                    "no_server_ttft", "no server TTFT (per request or histogram): client delay not checked"
+                )
+            )
     if method == "per_request" and (queue := _queue_unknown(ok, server)) is not None:
         notes.append(queue)
-        if "not checked" in queue:
+        if queue.code == "queue_time_unknown":
             l50 = l99 = None
             distortions = {}
     saturated = l50 is not None and l50 > LAG_S
     if saturated:
         reasons.append(
-            f"the client read the typical request {l50 * 1000:.0f} ms late "
-            f"(lag p50 > {LAG_S * 1000:.0f} ms): "
-            "it was saturated (or the server's HTTP layer was); add Locust workers (--workers) or "
-            "lower the users per worker"
+            Finding(
+                "client_lag_typical",
+                f"the client read the typical request {l50 * 1000:.0f} ms late "
+                f"(lag p50 > {LAG_S * 1000:.0f} ms): "
+                "it was saturated (or the server's HTTP layer was); add Locust workers (--workers) or "
+                "lower the users per worker",
+            )
         )
     for metric, (moved, corrected) in distortions.items():
         limit = max(LAG_S, TAIL_SHARE * corrected)
         if moved > limit and not saturated:
             reasons.append(
-                f"client lag moved the {metric} p99 by {moved * 1000:.0f} ms (> {limit * 1000:.0f} ms = "
-                f"max(50 ms, 10% of {corrected * 1000:.0f} ms)): add Locust workers or lower users per worker"
+                Finding(
+                    "client_lag_moved_p99",
+                    f"client lag moved the {metric} p99 by {moved * 1000:.0f} ms (> {limit * 1000:.0f} ms = "
+                    f"max(50 ms, 10% of {corrected * 1000:.0f} ms)): add Locust workers or lower users "
+                    "per worker",
+                    subject=metric,
+                )
             )
     lag = clean(requests["schedule_lag_s"].to_numpy(float))
     sched99 = float(np.percentile(lag, 99)) if lag.size else None
     if sched99 is not None and sched99 > SCHEDULE_LAG_S:
         reasons.append(
-            f"open-loop schedule lag p99 is {sched99 * 1000:.0f} ms "
-            f"(> {SCHEDULE_LAG_S * 1000:.0f} ms): requests "
-            "left late, so the offered load was lower than asked; add users (slots) or workers"
+            Finding(
+                "schedule_lag",
+                f"open-loop schedule lag p99 is {sched99 * 1000:.0f} ms "
+                f"(> {SCHEDULE_LAG_S * 1000:.0f} ms): requests "
+                "left late, so the offered load was lower than asked; add users (slots) or workers",
+            )
         )
     cpu = cpu_warnings(run or {}, log_warnings)
     if cpu:
-        reasons.append(f"the load generator warned about its CPU ({cpu[0]})")
+        reasons.append(Finding("load_generator_cpu", f"the load generator warned about its CPU ({cpu[0]})"))
     n_client_err = int((requests["error_class"] == "client_error").sum())
     if n_client_err:
-        reasons.append(f"{n_client_err} request(s) failed inside the client (client_error)")
+        reasons.append(
+            Finding("client_errors", f"{n_client_err} request(s) failed inside the client (client_error)")
+        )
     if ok.empty:
-        reasons.append("no request succeeded: there is nothing to measure")
+        reasons.append(Finding("no_success", "no request succeeded: there is nothing to measure"))
     bunched = bunching(ok, server, l50 if method == "per_request" else None)
-    if bunched.cause == "client":
-        reasons.append(bunched.sentence())
-    elif bunched.cause != "none":
-        notes.append(bunched.sentence())
-    warm = unexpected_hits(ok, run or {})
-    if warm:
+    if (found := bunched.finding()) is not None:
+        (reasons if found.code == "bunched_by_client" else notes).append(found)
+    if (warm := unexpected_hits(ok, run or {})) is not None:
         notes.append(warm)
     return SelfCheck(
         reliable=not reasons,
