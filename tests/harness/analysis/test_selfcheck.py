@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.analysis.selfcheck import histogram_quantile, self_check
+from harness.analysis.selfcheck import self_check
 from harness.analysis.summary import summarize
+from harness.analysis.ttft_histogram import histogram_quantile
 from harness.bundle.finding import codes
 from harness.bundle.read import read_bundle
 from tests.harness.bundle.factory import Spec, make_bundle
