@@ -26,6 +26,7 @@ from harness.analysis.server_split import server_split
 from harness.analysis.sessions import session_summary
 from harness.analysis.slo import Slos, parse_slos
 from harness.analysis.stats import distribution
+from harness.bundle.finding import read_findings, texts
 from harness.bundle.jsonfile import json_safe, write_json
 from harness.bundle.read import Bundle, measured, read_bundle
 from harness.bundle.schema import SUMMARY
@@ -84,7 +85,7 @@ def run_info(run: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
         "start": run.get("started_unix") or run.get("start"),
         "end": run.get("ended_unix") or run.get("end"),
         "status": run.get("status"),
-        "notes": list(run.get("notes") or []),
+        "notes": [n.to_dict() for n in read_findings(run.get("notes"))],
         "path": str(bundle.path) if bundle.path else None,
     }
 
@@ -220,7 +221,7 @@ def verdicts(s: dict[str, Any]) -> list[str]:
     if (s.get("sessions") or {}).get("verdict"):
         lines.append(s["sessions"]["verdict"])
     if not s["reliable"]:
-        lines.append("UNRELIABLE: " + "; ".join(s["selfcheck"]["reasons"]))
+        lines.append("UNRELIABLE: " + "; ".join(texts(s["selfcheck"]["reasons"])))
     return lines
 
 
