@@ -32,10 +32,10 @@ class Post:
     body: bytes
 
 
-def otlp_json(body: bytes) -> dict:
-    """A protobuf export body as OTLP/JSON: protobuf's JSON mapping with integer enums and
-    hex trace and span ids (the OTLP spec's one departure from it)."""
-    doc = MessageToDict(ExportTraceServiceRequest.FromString(body), use_integers_for_enums=True)
+def otlp_json(message: ExportTraceServiceRequest) -> dict:
+    """An export request as OTLP/JSON: protobuf's JSON mapping with integer enums and hex
+    trace and span ids (the OTLP spec's one departure from it)."""
+    doc = MessageToDict(message, use_integers_for_enums=True)
     for rs in doc.get("resourceSpans", []):
         for ss in rs.get("scopeSpans", []):
             for span in ss.get("spans", []):
