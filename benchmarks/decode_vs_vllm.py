@@ -10,9 +10,10 @@ explicitly so the figure does not follow the engine's default format); vLLM load
 Hugging Face folder `scripts/setup_vllm.sh` converts from it and computes in bf16. One compute
 thread each: vLLM as tests/support/vllm_server starts it (OMP_NUM_THREADS=1, unbound, 1 GiB of
 KV cache, 128-token blocks, `--max-model-len 1024`), llama.cpp `-t 1 -tb 1 -np N`, kvscope
-`--num-threads 1`. Each also runs its HTTP side beside that thread: vLLM's API server
-process, kvscope's API server (the engine core has a process of its own), llama-server's
-HTTP thread.
+`--num-threads 1`. Around that thread each runs its other work elsewhere: vLLM in two more
+processes (the API server, and the engine core's scheduler beside the model worker: at 16
+streams the core takes about a third of the worker's CPU), kvscope in its API server process
+(its engine core schedules and runs the model on one thread), llama-server on its HTTP thread.
 
 For each number of streams N, N streaming completions (greedy, ignore_eos, distinct ~12-token
 prompts, `--tokens` tokens each) go to each server in turn; rounds alternate between the
