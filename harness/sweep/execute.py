@@ -24,7 +24,8 @@ from typing import Any
 from harness.analysis.summary import write_summary
 from harness.bundle.schema import REQUESTS
 from harness.run import procs
-from harness.run.commands import LOOPBACK, child_env, engine_command, kvscope_command
+from harness.run.bundled_engine import start_bundled_engine
+from harness.run.commands import child_env, kvscope_command
 from harness.run.outcome import MEASURED
 from harness.sweep.config import SweepConfig
 from harness.sweep.table import load_label, point_row, write_results
@@ -34,16 +35,9 @@ DEFAULT_MODEL = "tiny-random"  # a sweep restarts nothing between points, but st
 
 def start_engine(cfg: SweepConfig) -> tuple[procs.Child, str]:
     """The bundled engine on a free port; returns (child, base URL) once /health answers."""
-    port = procs.free_port()
-    argv = engine_command(cfg.model or DEFAULT_MODEL, cfg.engine_args, port)
-    child = procs.start("engine", argv, cfg.out / "logs", env=child_env(cfg.api_key))
-    url = f"http://{LOOPBACK}:{port}"
-    ok, reason = procs.wait_http(url + "/health", cfg.startup_timeout_s, child)
-    if not ok:
-        tail = child.log_tail()
-        child.stop()
-        raise RuntimeError(f"the engine did not become healthy ({reason}):\n{tail}")
-    return child, url
+    return start_bundled_engine(
+        cfg.model or DEFAULT_MODEL, cfg.engine_args, cfg.out / "logs", cfg.api_key, cfg.startup_timeout_s
+    )
 
 
 def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
