@@ -12,10 +12,9 @@ import sys
 
 from exporter.dialects.probe import KV_LAYOUTS
 from harness.cli.load_flags import add_engine_flags
+from harness.probe.ladder import DEFAULT_MAX_KV_TOKENS
 from harness.run.engine_flags import STARTUP_TIMEOUT_S
 from harness.workload.options import API_KEY_ENV
-
-DEFAULT_MAX_KV_TOKENS = 2048  # harness.probe.live's; repeated here to keep --help import-light
 
 PROBE_EPILOG = f"""\
 examples:

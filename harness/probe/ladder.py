@@ -7,6 +7,10 @@ token to its last and is held for a whole block of decode steps (or, when the pr
 reaches into it, for the whole output), long enough to be read; 256 is a multiple of every
 power-of-two block size up to 256 (vLLM's 16 on GPU, 128 on CPU; llama.cpp's 1).
 A pool too small for 256-token steps gets a smaller unit.
+
+The pool's block count is read from the steps usage climbs while a request decodes, so one
+rung must cross a block boundary mid-decode for every block size: with 193 output tokens the
+prompt starts half way into a 128-token block (T - 192), which its decode then leaves.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 UNIT = 256
+DEFAULT_MAX_KV_TOKENS = 2048  # the longest rung unless the server's limits are lower
 SHORT_OUTPUT = 33  # output tokens of the prompt ladder: 32 decode steps after the prefill
-OUTPUTS = (65, 129)  # the output ladder (129 crosses a 128-token block at the middle total)
+OUTPUTS = (65, 193)  # the output ladder
 MAX_TOTALS = 4  # prompt-ladder points
 MIN_UNIT = 16
 

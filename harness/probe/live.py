@@ -18,14 +18,13 @@ from exporter.dialects.probe import KVLayout
 from harness.probe import findings as F
 from harness.probe.assemble import finish
 from harness.probe.findings import Finding
-from harness.probe.ladder import ladder
+from harness.probe.ladder import DEFAULT_MAX_KV_TOKENS, ladder
 from harness.probe.lone_request import observe
 from harness.probe.observation import RequestObservation
 from harness.probe.reader import PoolReader, ReadError
 from harness.probe.result import ProbeResult
 from harness.probe.stated import StatedPool, model_card, slot_contexts, stated_pool
 
-DEFAULT_MAX_KV_TOKENS = 2048
 POOL_SHARE = 0.9
 IDLE_EPS = 1e-9
 

@@ -20,6 +20,7 @@ from harness.report import plots
 from harness.report.content import run_document
 from harness.report.document import Document
 from harness.report.sweep_content import sweep_document
+from harness.report.sweep_search import search_figure
 
 
 def run_figures(bundle: Bundle, slos: Slos) -> tuple[dict[str, Any], dict[str, str]]:
@@ -65,7 +66,7 @@ def sweep_figures(d: Path, sw: dict[str, Any]) -> dict[str, str]:
     best = (sw.get("best") or {}).get("index")
     slos = Slos(**sw.get("slos", {}))
     path = plots.sweep_curve(table, knee, best, slos, d / "plots" / "sweep.png")
-    return {"sweep": str(path.relative_to(d))} if path else {}
+    return {**({"sweep": str(path.relative_to(d))} if path else {}), **search_figure(d, sw)}
 
 
 def build_document(d: Path, advice_markdown: str | None, slos: Slos | str | None) -> Document:

@@ -13,6 +13,7 @@ from harness.advisor.record import Advice
 from harness.formatting import ms_cell, num, pct
 from harness.report.advice import advice_blocks
 from harness.report.document import Bullets, Document, Image, Para, Table
+from harness.report.sweep_search import search_blocks
 
 
 def sweep_document(
@@ -43,6 +44,8 @@ def sweep_document(
             "work) or where throughput stopped growing while latency rose."
         )
     )
+    if sw.get("search"):
+        doc.section("Search for the highest load meeting the SLOs").blocks += search_blocks(sw, figures)
     points = sw.get("points") or []
     if any(not p["reliable"] for p in points):
         sec.blocks.append(

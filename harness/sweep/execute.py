@@ -15,6 +15,7 @@ printed at the end come from the same rows, built by `point_row` from each point
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -26,10 +27,12 @@ from harness.bundle.schema import REQUESTS
 from harness.run import procs
 from harness.run.bundled_engine import start_bundled_engine
 from harness.run.commands import child_env, kvscope_command
-from harness.run.outcome import MEASURED
+from harness.run.outcome import MEASURED, Exit
 from harness.sweep.config import SweepConfig
+from harness.sweep.doom import DoomWatch
 from harness.sweep.table import load_label, point_row, write_results
 
+WATCH_INTERVAL_S = 1.0
 DEFAULT_MODEL = "tiny-random"  # a sweep restarts nothing between points, but starts in seconds
 
 
@@ -40,7 +43,20 @@ def start_engine(cfg: SweepConfig) -> tuple[procs.Child, str]:
     )
 
 
-def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
+def _wait(proc: subprocess.Popen, watch: DoomWatch | None) -> int:
+    """The point's exit status; with a watch, checked once a second and stopped (SIGINT: the
+    run then writes its bundle) once the point can no longer meet its SLOs."""
+    while True:
+        try:
+            return proc.wait(timeout=None if watch is None else WATCH_INTERVAL_S)
+        except subprocess.TimeoutExpired:
+            if watch is not None and watch.doomed():
+                proc.send_signal(signal.SIGINT)
+                return proc.wait()
+
+
+def run_point(cfg: SweepConfig, index: int, load: float, target: str, watch: DoomWatch | None = None) -> Path:
+    """One point's bundle; `watch` may stop it early (its `reason` then says why)."""
     out = cfg.out / f"point-{index:02d}"
     argv = kvscope_command(
         "run",
@@ -65,7 +81,7 @@ def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
     with open(cfg.out / "logs" / f"point-{index:02d}.log", "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=child_env(cfg.api_key))
         try:
-            rc = proc.wait()
+            rc = _wait(proc, watch)
         except KeyboardInterrupt:
             # The run got the same Ctrl-C and is stopping Locust and writing its bundle; killing
             # it now (as subprocess.call would) would orphan its engine and Locust processes.
@@ -73,7 +89,8 @@ def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
             raise
     # A point that measured (errors and an unreliable client included: those are results)
     # counts; one whose target was lost, that failed or was interrupted stops the sweep.
-    if rc not in MEASURED or not (out / REQUESTS).exists():
+    stopped = watch is not None and watch.reason is not None and rc == Exit.INTERRUPTED
+    if (rc not in MEASURED and not stopped) or not (out / REQUESTS).exists():
         raise RuntimeError(
             f"`kvscope run` for point {index} ({load_label(cfg.mode, load)}) exited {rc}; "
             f"see {cfg.out / 'logs' / f'point-{index:02d}.log'}"
