@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from exporter.dialects.probe import KV_LAYOUTS
-from harness.cli.load_flags import add_engine_flags
+from harness.cli.load_flags import add_engine_flags, comma_list
 from harness.probe.ladder import DEFAULT_MAX_KV_TOKENS
 from harness.run.engine_flags import STARTUP_TIMEOUT_S
 from harness.workload.options import API_KEY_ENV
@@ -55,13 +55,9 @@ Without --target the bundled engine starts with the engine flags below; the API 
 
 
 def _lengths(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of token counts: {text!r}") from None
-    if not values or any(v < 2 for v in values):
-        raise argparse.ArgumentTypeError("lengths are prompt + output tokens, at least 2, e.g. 512,2048")
-    return values
+    return comma_list(
+        text, int, lambda v: v >= 2, "lengths are prompt + output tokens, at least 2, e.g. 512,2048"
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.cli.load_flags import add_engine_flags, add_workload_options
+from harness.cli.load_flags import add_engine_flags, add_workload_options, comma_list
 from harness.run.engine_flags import STARTUP_TIMEOUT_S
 from harness.sweep.search import DEFAULT_MAX_POINTS, DEFAULT_REPEATS, DEFAULT_TOLERANCE
 from harness.workload.options import WORKLOADS
@@ -49,13 +49,7 @@ failing point's advice. sweep.json's `search` holds the order, the boundary and 
 
 
 def _loads(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError("loads must be positive numbers, e.g. 1,2,4,8")
-    return values
+    return comma_list(text, float, lambda v: v > 0, "loads must be positive numbers, e.g. 1,2,4,8")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -34,19 +34,31 @@ PERCENTILES = (50, 90, 99)
 MIN_SAMPLES = 3
 
 
-def _ok(bundle: Bundle) -> pd.DataFrame:
-    req = bundle.measured
-    req = req[req["ok"].fillna(False).astype(bool)] if "ok" in req else req
+def completed(requests: pd.DataFrame) -> pd.DataFrame:
+    """Successful requests with both token counts."""
+    req = requests[requests["ok"].fillna(False).astype(bool)] if "ok" in requests else requests
     return req.dropna(subset=["prompt_tokens", "output_tokens"])
 
 
-def lengths_of_bundle(bundle: Bundle) -> tuple[list[tuple[str, int]], str]:
-    req = _ok(bundle)
+def _ok(bundle: Bundle) -> pd.DataFrame:
+    return completed(bundle.measured)
+
+
+def length_percentiles(requests: pd.DataFrame) -> list[tuple[str, int]]:
+    """("p50", tokens), ("p90", ...), ("p99", ...) of prompt + output over the completed
+    requests (empty when there are none)."""
+    req = completed(requests)
     if req.empty:
-        return [], f"{bundle.path}: no successful request with token counts"
+        return []
     total = (req["prompt_tokens"] + req["output_tokens"]).astype(int)
-    rows = [(f"p{q}", int(np.percentile(total, q, method="higher"))) for q in PERCENTILES]
-    return rows, f"{bundle.path}: p50/p90/p99 of prompt + output over {len(total):,} requests"
+    return [(f"p{q}", int(np.percentile(total, q, method="higher"))) for q in PERCENTILES]
+
+
+def lengths_of_bundle(bundle: Bundle) -> tuple[list[tuple[str, int]], str]:
+    rows = length_percentiles(bundle.measured)
+    if not rows:
+        return [], f"{bundle.path}: no successful request with token counts"
+    return rows, f"{bundle.path}: p50/p90/p99 of prompt + output over {len(_ok(bundle)):,} requests"
 
 
 def run_lengths(path: Path) -> tuple[list[tuple[str, int]], str]:

@@ -32,6 +32,13 @@ def summary_lines(r: ProbeResult) -> list[str]:
         f"capacity: {_n(fit.capacity_tokens, 1)} tokens for requests; stated {_n(st.capacity_tokens)}"
         + (f" ({st.capacity_source})" if st.capacity_source else ""),
     ]
+    if st.slots:
+        sizes = sorted(set(st.slots))
+        each = f"{_n(sizes[0])} tokens" if len(sizes) == 1 else "/".join(_n(n) for n in st.slots) + " tokens"
+        lines.append(
+            f"slots: {len(st.slots)} x {each} ({st.slot_layout or 'per-slot'} pool): a request runs in one "
+            "slot, which must hold all its tokens"
+        )
     if fit.points:
         whole = (
             "not whole blocks"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
 
 from harness.formatting import pct
 from harness.report.document import Block, Bullets, Image, Para, Table
@@ -43,6 +44,8 @@ def search_plot(search: dict[str, Any], target: float, mode: str, path: Path) ->
         )
     ax.axhline(target, color="red", linestyle="--", linewidth=1, label=f"attainment target {target:.0%}")
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(ScalarFormatter())
     ax.set_xlabel("requests / s" if mode == "rate" else "concurrent users")
     ax.set_ylabel("SLO attainment")
     ax.set_ylim(-0.05, 1.05)

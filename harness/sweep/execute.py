@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,21 +99,41 @@ def run_point(cfg: SweepConfig, index: int, load: float, target: str, watch: Doo
     return out
 
 
-def execute(
-    cfg: SweepConfig, say=lambda m: print(f"kvscope sweep: {m}", file=sys.stderr, flush=True)
-) -> dict[str, Any]:
-    """Run every point, write sweep.json/csv and the reports; returns sweep.json's content."""
-    from harness.report.write import write_report
-
+def serve_points(
+    cfg: SweepConfig, say: Callable[[str], None], points: Callable[[str], None]
+) -> tuple[str, str]:
+    """Start the bundled engine unless there is a --target, run `points(target URL)`, stop the
+    engine: (status, target). A Ctrl-C or a point that failed ends the points, not the sweep:
+    what was measured is still written."""
     (cfg.out / "logs").mkdir(parents=True, exist_ok=True)
-    engine = None
-    rows: list[dict[str, Any]] = []
-    status = "completed"
-    target = cfg.target or ""
+    engine, status, target = None, "completed", cfg.target or ""
     try:
         if cfg.target is None:
             say(f"starting the bundled engine ({cfg.model or DEFAULT_MODEL}) once for all points")
             engine, target = start_engine(cfg)
+        points(target)
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except RuntimeError as exc:
+        status = f"failed: {exc}"
+        say(f"error: {exc}")
+    finally:
+        if engine is not None:
+            engine.stop()
+    return status, target
+
+
+def say_sweep(message: str) -> None:
+    print(f"kvscope sweep: {message}", file=sys.stderr, flush=True)
+
+
+def execute(cfg: SweepConfig, say: Callable[[str], None] = say_sweep) -> dict[str, Any]:
+    """Run every point, write sweep.json/csv and the reports; returns sweep.json's content."""
+    from harness.report.write import write_report
+
+    rows: list[dict[str, Any]] = []
+
+    def points(target: str) -> None:
         for i, load in enumerate(cfg.loads):
             t = time.monotonic()
             say(f"point {i + 1}/{len(cfg.loads)}: {load_label(cfg.mode, load)} for {cfg.duration_per_point}")
@@ -124,14 +145,8 @@ def execute(
                 f"  {summary['throughput']['output_tokens_per_s']:.1f} output tok/s, E2E p99 "
                 f"{(summary['latency']['e2e']['p99'] or 0) * 1000:.0f} ms ({time.monotonic() - t:.0f} s)"
             )
-    except KeyboardInterrupt:
-        status = "interrupted"
-    except RuntimeError as exc:
-        status = f"failed: {exc}"
-        say(f"error: {exc}")
-    finally:
-        if engine is not None:
-            engine.stop()
+
+    status, target = serve_points(cfg, say, points)
     result = write_results(cfg, rows, status, target)
     write_report(cfg.out)
     return result

@@ -11,8 +11,8 @@ point's advice says what to change).
 
 from __future__ import annotations
 
-import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from harness.analysis.slo import parse_slos
@@ -20,14 +20,16 @@ from harness.analysis.summary import write_summary
 from harness.run.config import duration
 from harness.sweep.config import SweepConfig
 from harness.sweep.doom import DoomWatch
-from harness.sweep.execute import DEFAULT_MODEL, run_point, start_engine
+from harness.sweep.execute import run_point, say_sweep, serve_points
 from harness.sweep.search import Boundary, Outcome, SearchSettings, boundary, next_load
 from harness.sweep.table import load_label, point_row, write_results
 
 
 def settings_of(cfg: SweepConfig) -> SearchSettings:
     low, high = cfg.loads
-    return SearchSettings(cfg.mode, low, high, cfg.attainment, cfg.tolerance, cfg.max_points)
+    ttft = parse_slos(cfg.slo).ttft
+    point_s = duration(cfg.duration_per_point, "--duration-per-point")
+    return SearchSettings(cfg.mode, low, high, cfg.attainment, cfg.tolerance, cfg.max_points, ttft, point_s)
 
 
 def _measure(cfg: SweepConfig, index: int, load: float, target: str) -> tuple[dict[str, Any], Outcome]:
@@ -43,6 +45,10 @@ def _measure(cfg: SweepConfig, index: int, load: float, target: str) -> tuple[di
     row = point_row(index, cfg.mode, load, summary, bundle.name)
     stopped = watch.reason if watch is not None else None
     row["stopped_early"] = stopped
+    if stopped:
+        # The requests still queued or decoding when it stopped are in no record: the ones that
+        # finished are the fast ones, so their attainment says nothing of the point's.
+        row["attainment_of_finished"], row["attainment"] = row["attainment"], None
     attainment = row["attainment"]
     met = stopped is None and attainment is not None and attainment >= cfg.attainment
     return row, Outcome(load, attainment, met, row["requests_per_s"], stopped is not None)
@@ -98,26 +104,20 @@ def search_section(
     }
 
 
-def execute_find_max(
-    cfg: SweepConfig, say=lambda m: print(f"kvscope sweep: {m}", file=sys.stderr, flush=True)
-) -> dict[str, Any]:
+def execute_find_max(cfg: SweepConfig, say: Callable[[str], None] = say_sweep) -> dict[str, Any]:
     """Search, repeat the boundary, write sweep.json/csv and the report; returns sweep.json."""
     from harness.report.write import write_report
 
-    (cfg.out / "logs").mkdir(parents=True, exist_ok=True)
-    engine, status, target = None, "completed", cfg.target or ""
     rows: list[dict[str, Any]] = []
     repeats: list[dict[str, Any]] = []
     done: list[Outcome] = []
     s = settings_of(cfg)
-    try:
-        if cfg.target is None:
-            say(f"starting the bundled engine ({cfg.model or DEFAULT_MODEL}) once for all points")
-            engine, target = start_engine(cfg)
+
+    def points(target: str) -> None:
         while (load := next_load(s, done)) is not None:
             t = time.monotonic()
             say(f"search point {len(done) + 1}: {load_label(cfg.mode, load)} for {cfg.duration_per_point}")
-            row, outcome = _measure(cfg, len(rows) + len(repeats), load, target)
+            row, outcome = _measure(cfg, len(rows), load, target)
             rows.append(row)
             done.append(outcome)
             note = f"; {row['stopped_early']}" if row["stopped_early"] else ""
@@ -131,14 +131,8 @@ def execute_find_max(
                 say(f"repeat {k + 1}/{cfg.repeats} of {load_label(cfg.mode, load)}")
                 row, _ = _measure(cfg, len(rows) + len(repeats), load, target)
                 repeats.append({**row, "role": "repeat"})
-    except KeyboardInterrupt:
-        status = "interrupted"
-    except RuntimeError as exc:
-        status = f"failed: {exc}"
-        say(f"error: {exc}")
-    finally:
-        if engine is not None:
-            engine.stop()
+
+    status, target = serve_points(cfg, say, points)
     result = write_results(cfg, rows, status, target, search_section(cfg, rows, repeats, done))
     write_report(cfg.out)
     return result

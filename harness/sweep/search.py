@@ -5,11 +5,15 @@ Bracket, then bisect (as GuideLLM's and inference-perf's searches do):
 
 1. The range's top first (`--rates LOW,HIGH`, `--concurrency LOW,HIGH`). If it meets the SLOs
    the search ends there: the maximum is above the range.
-2. A failing top in open loop says how much the server can do: its achieved request rate.
-   The bracket starts there (without it: halfway, geometrically, between LOW and HIGH) and
-   steps by (1 + tolerance) away from each result, the step squaring each time it does not
-   yet bracket (1.1, 1.21, 1.46, ...), until one load meets the SLOs and a higher one does
-   not. Below LOW with nothing met, the search ends: no load in the range meets them.
+2. A failing top in open loop says how much the server can do: its achieved request rate c.
+   Above c a queue builds at (r - c) requests a second, and the request arriving at t of a
+   d-second point waits about (r - c) t / c; the last (1 - attainment) of the requests keep
+   their TTFT within the SLO S while r <= c (1 + S / (attainment x d)). The bracket starts at
+   that rate (without a TTFT SLO at c; without an achieved rate halfway, geometrically,
+   between LOW and HIGH) and steps by (1 + tolerance) away from each result, the step
+   squaring each time it does not yet bracket (1.1, 1.21, 1.46, ...), until one load meets
+   the SLOs and a higher one does not. Below LOW with nothing met, the search ends: no load
+   in the range meets them.
 3. Then bisection, geometric for rates and on whole users for concurrency, until the bracket
    is within the tolerance (rates: high / low <= 1 + tolerance; concurrency: adjacent users)
    or `max_points` points have run. A bracket wider than (1 + tolerance)^2 is cut where the
@@ -43,6 +47,8 @@ class SearchSettings:
     attainment: float
     tolerance: float = DEFAULT_TOLERANCE
     max_points: int = DEFAULT_MAX_POINTS
+    ttft_slo_s: float | None = None
+    duration_s: float | None = None  # of each point: how long a queue may build
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +119,13 @@ def _step(s: SearchSettings, done: Sequence[Outcome]) -> float:
 
 
 def _guess(s: SearchSettings, top: Outcome) -> float:
+    """Where bracketing starts after a failing top (see the module doc, step 2)."""
     achieved = top.achieved_requests_per_s
-    if s.mode == "rate" and achieved and s.low <= achieved < top.load:
-        return achieved
-    return math.sqrt(s.low * s.high)
+    if s.mode != "rate" or not achieved or not s.low <= achieved < top.load:
+        return math.sqrt(s.low * s.high)
+    if s.ttft_slo_s and s.duration_s:
+        return min(achieved * (1 + s.ttft_slo_s / (s.attainment * s.duration_s)), top.load)
+    return achieved
 
 
 def next_load(s: SearchSettings, done: Sequence[Outcome]) -> float | None:

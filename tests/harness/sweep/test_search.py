@@ -76,3 +76,12 @@ def test_the_points_limit_holds():
     s = SearchSettings("rate", 0.01, 1000, 0.9, tolerance=0.001, max_points=4)
     done, _ = search(s, server(3.0, 2.9))
     assert len(done) == 4
+
+
+def test_the_first_guess_allows_for_the_queue_a_short_point_builds():
+    # achieved 6/s at the top; a 6 s point keeps 90% of TTFTs within 2 s up to 6 x (1 + 2 / 5.4)
+    s = SearchSettings("rate", 3, 12, 0.9, ttft_slo_s=2.0, duration_s=6.0)
+    first = next_load(s, [Outcome(12.0, 0.72, False, 6.0)])
+    assert first == pytest.approx(6 * (1 + 2 / 5.4), rel=1e-3)
+    no_slo = SearchSettings("rate", 3, 12, 0.9)
+    assert next_load(no_slo, [Outcome(12.0, 0.72, False, 6.0)]) == 6.0
