@@ -53,7 +53,7 @@ def probe_limit(stated: StatedPool, cap: int) -> int:
     return max(min(limits), 0)
 
 
-def _retained(obs: list[RequestObservation]) -> Finding | None:
+def retained_usage(obs: list[RequestObservation]) -> Finding | None:
     first = next((o.idle_before for o in obs if o.idle_before is not None), None)
     last = next((o.idle_after for o in reversed(obs) if o.idle_after is not None), None)
     if first is None or last is None or last <= first + IDLE_EPS:
@@ -111,7 +111,7 @@ async def probe_live(settings: LiveSettings, say: Callable[[str], None] = lambda
                 f"  peak usage {(o.peak_usage or 0):.4%} over {o.readings} readings"
                 + (f"; {o.error}" if o.error else "")
             )
-        retained = _retained(obs)
+        retained = retained_usage(obs)
         return finish(
             settings.target,
             stated,
