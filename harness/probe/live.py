@@ -91,35 +91,36 @@ async def probe_live(settings: LiveSettings, say: Callable[[str], None] = lambda
             )
             return finish(settings.target, stated, [], [note], settings.lengths, settings.lengths_source)
         model = settings.model or str(card.get("id") or "")
-        rungs = ladder(probe_limit(stated, settings.max_kv_tokens))
-        rng = random.Random(settings.seed)
-        obs: list[RequestObservation] = []
-        for i, rung in enumerate(rungs):
-            say(f"request {i + 1}/{len(rungs)}: prompt {rung.prompt_tokens} + output {rung.output_tokens}")
-            try:
-                o = await observe(session, settings.target, model, rung, reader, rng, headers)
-            except ReadError as exc:
-                o = RequestObservation(
-                    rung.prompt_tokens,
-                    rung.output_tokens,
-                    rung.prompt_tokens,
-                    rung.output_tokens,
-                    error=str(exc),
-                )
-            obs.append(o)
-            say(
-                f"  peak usage {(o.peak_usage or 0):.4%} over {o.readings} readings"
-                + (f"; {o.error}" if o.error else "")
-            )
+        obs = await _climb(session, settings, reader, stated, model, headers, say)
         retained = retained_usage(obs)
-        return finish(
-            settings.target,
-            stated,
-            obs,
-            [retained] if retained else [],
-            settings.lengths,
-            settings.lengths_source,
-        )
+        notes = [retained] if retained else []
+        return finish(settings.target, stated, obs, notes, settings.lengths, settings.lengths_source)
+
+
+async def _climb(
+    session: aiohttp.ClientSession,
+    settings: LiveSettings,
+    reader: PoolReader,
+    stated: StatedPool,
+    model: str,
+    headers: dict[str, str],
+    say: Callable[[str], None],
+) -> list[RequestObservation]:
+    """The ladder's requests, one at a time, each observed alone."""
+    rungs = ladder(probe_limit(stated, settings.max_kv_tokens))
+    rng = random.Random(settings.seed)
+    obs: list[RequestObservation] = []
+    for i, rung in enumerate(rungs):
+        say(f"request {i + 1}/{len(rungs)}: prompt {rung.prompt_tokens} + output {rung.output_tokens}")
+        try:
+            o = await observe(session, settings.target, model, rung, reader, rng, headers)
+        except ReadError as exc:
+            tokens = (rung.prompt_tokens, rung.output_tokens)
+            o = RequestObservation(*tokens, *tokens, error=str(exc))
+        obs.append(o)
+        failed = f"; {o.error}" if o.error else ""
+        say(f"  peak usage {(o.peak_usage or 0):.4%} over {o.readings} readings{failed}")
+    return obs
 
 
 async def _json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> object:
