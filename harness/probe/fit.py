@@ -32,7 +32,7 @@ from harness.probe.stated import StatedPool
 
 MAX_POOL_BLOCKS = 10_000_000  # denominators beyond this are float noise, not a pool
 LEVEL_TOLERANCE = 1e-9  # a usage level is k / usable to within float rounding
-DECIMALS = 6  # a denominator dividing 10**6 is what rounding to 6 places or fewer leaves
+DECIMALS = 6  # a denominator dividing 10**6 is what rounding to 6 places or fewer leaves too
 FLAT = 1e-12  # |slope x T| below this share of the pool: occupancy does not grow
 
 
@@ -98,10 +98,9 @@ def line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 
 def level_denominator(levels: Sequence[float]) -> int | None:
     """The least common denominator of the usage levels read (each k / usable), or None when
-    a level is no fraction with a denominator up to MAX_POOL_BLOCKS (noisy usage), when the
-    denominator divides 10**DECIMALS (usage rounded to a few decimals: 0.47 is no pool of 100
-    blocks), or when no two levels are one block apart: a single level k / n cannot tell n from
-    n / d for a divisor d of k (a reservation shows one level only)."""
+    a level is no fraction with a denominator up to MAX_POOL_BLOCKS (noisy usage), or when no
+    two levels are one block apart: a single level k / n cannot tell n from n / d for a
+    divisor d of k (a reservation shows one level only)."""
     denominator = 1
     for u in levels:
         frac = Fraction(u).limit_denominator(MAX_POOL_BLOCKS)
@@ -113,9 +112,13 @@ def level_denominator(levels: Sequence[float]) -> int | None:
     counts = sorted({round(u * denominator) for u in levels})
     if denominator == 1 or not any(b - a == 1 for a, b in zip(counts, counts[1:])):
         return None
-    if 10**DECIMALS % denominator == 0:  # decimals rounded to a few places, not a pool
-        return None
     return denominator
+
+
+def rounding_alike(blocks: int) -> bool:
+    """Whether usage over a pool of `blocks` looks like usage rounded to a few decimals: such
+    levels (0.47, 0.1875) are fractions over a divisor of 10**DECIMALS either way."""
+    return 10**DECIMALS % blocks == 0
 
 
 def whole_block_size(
@@ -178,6 +181,12 @@ def _pool_blocks(
     """The usable block count: measured from the levels when whole blocks then explain every
     point, else stated (num_gpu_blocks - 1 or num_gpu_blocks, whichever makes whole blocks)."""
     measured = level_denominator(levels)
+    if (
+        measured
+        and rounding_alike(measured)
+        and measured not in (stated.num_blocks, (stated.num_blocks or 0) - 1)
+    ):
+        measured = None  # rounded usage, unless the server's own pool size says otherwise
     tried = [(measured, f"measured: usage moves in steps of 1/{measured}")] if measured else []
     if stated.num_blocks:
         tried += [

@@ -34,6 +34,13 @@ def test_the_null_block_explains_the_gap_to_the_stated_capacity():
     assert result.concurrency[-1].label == "max_model_len" and result.concurrency[-1].requests == 0
 
 
+def test_a_pool_of_16_blocks_is_measured_where_the_statement_confirms_it():
+    # 3/16 and 4/16 read like usage rounded to 4 decimals; num_gpu_blocks 17 settles it
+    fit = fit_pool(observed(16, 128, max_kv=1023), StatedPool("vllm", num_blocks=17, block_size=128))
+    assert (fit.usable_blocks, fit.tokens_per_block) == (16, 128)
+    assert fit.usable_blocks_source == "measured: usage moves in steps of 1/16"
+
+
 def test_vllm_cpu_128_token_blocks_and_a_fixed_block_per_request():
     stated = StatedPool("vllm", num_blocks=365, block_size=128, max_model_len=1024)
     fit = fit_pool(observed(364, 128, fixed=1, max_kv=1023), stated)
@@ -48,7 +55,8 @@ def test_without_a_statement_the_pool_is_measured_from_the_staircase_alone():
     # 1,000 usable blocks read like usage rounded to 3 decimals: only a statement settles it
     assert fit_pool(observed(1000, 32, max_kv=2048), StatedPool()).usable_blocks is None
     stated = StatedPool("vllm", num_blocks=1001, block_size=32)
-    assert fit_pool(observed(1000, 32, max_kv=2048), stated).usable_blocks == 1000
+    confirmed = fit_pool(observed(1000, 32, max_kv=2048), stated)
+    assert confirmed.usable_blocks == 1000 and confirmed.usable_blocks_source.startswith("measured")
 
 
 def test_a_reservation_is_a_fixed_cost_and_no_block_size():
@@ -109,5 +117,5 @@ def test_usage_that_never_rose_is_said():
 def test_level_denominator_needs_a_one_block_step():
     assert level_denominator([0.0, 16 / 63, 17 / 63]) == 63
     assert level_denominator([0.0, 2048 / 7628]) is None  # one level: 512/1907 too
-    assert level_denominator([0.47, 0.48, 0.5]) is None  # rounded, not a pool of 100 blocks
+    assert level_denominator([0.47, 0.48, 0.5]) == 100  # rounded, or a pool of 100: the fit decides
     assert line([1, 2, 3], [2, 4, 6]) == pytest.approx((0.0, 2.0))
