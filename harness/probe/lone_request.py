@@ -3,8 +3,12 @@
 The prompt is token ids drawn at random (unique: no earlier prompt shares even its first
 block, so the prefix cache gives nothing); `ignore_eos` makes the output exactly
 `max_tokens` long; the server's own `usage` gives the counts. While the response streams,
-the pool is read back to back (`PoolReader`), so the request's blocks are seen climbing
+the pool is read again and again (`PoolReader`), so the request's blocks are seen climbing
 block by block to its peak, which lasts at least a block of decode steps (`ladder`).
+
+Reads are paced to a quarter of the time until the last DENSE_TAIL output tokens, then back
+to back: the peak's last block may be held for as few as 16 decode steps (16-token blocks),
+and a read missed there reads the request one block short.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ REQUEST_TIMEOUT_S = 600.0
 # of decode steps still gets several reads.
 READ_PAUSE_FACTOR = 3.0
 MIN_READ_PAUSE_S = 0.002
+DENSE_TAIL = 48  # output tokens before the end from which reads go back to back
 
 
 def unique_prompt(rng: random.Random, n: int) -> list[int]:
@@ -68,15 +73,17 @@ async def _stream(session: aiohttp.ClientSession, url: str, body: dict, headers:
         out.done = True
 
 
-async def _poll(reader: PoolReader, out: _Stream) -> None:
+async def _poll(reader: PoolReader, out: _Stream, output_tokens: int) -> None:
     loop = asyncio.get_running_loop()
+    dense_from = output_tokens - DENSE_TAIL
     while not out.done:
         start = loop.time()
         try:
             out.readings.append(await reader.read())
         except ReadError:
             pass  # one missed read; the next may answer
-        await asyncio.sleep(max(MIN_READ_PAUSE_S, READ_PAUSE_FACTOR * (loop.time() - start)))
+        paced = out.chunks < dense_from
+        await asyncio.sleep(READ_PAUSE_FACTOR * (loop.time() - start) if paced else MIN_READ_PAUSE_S)
 
 
 def _delta(after: float | None, before: float | None) -> float | None:
@@ -105,7 +112,8 @@ async def observe(
     }
     out = _Stream()
     await asyncio.gather(
-        _stream(session, base_url + "/v1/completions", body, headers or {}, out), _poll(reader, out)
+        _stream(session, base_url + "/v1/completions", body, headers or {}, out),
+        _poll(reader, out, rung.output_tokens),
     )
     after = await reader.read()
     usages = [r.usage for r in out.readings if r.usage is not None]
