@@ -29,6 +29,7 @@ from harness.probe import findings as F
 from harness.probe.findings import Finding
 from harness.probe.observation import RequestObservation
 from harness.probe.stated import StatedPool
+from harness.probe.usable import usable_points
 
 MAX_POOL_BLOCKS = 10_000_000  # denominators beyond this are float noise, not a pool
 LEVEL_TOLERANCE = 1e-9  # a usage level is k / usable to within float rounding
@@ -134,45 +135,6 @@ def whole_block_size(
         if len(fixed) == 1 and min(fixed) >= 0:  # no request holds fewer blocks than its tokens fill
             return b, fixed.pop()
     return None
-
-
-def usable_points(obs: Sequence[RequestObservation]) -> tuple[list[RequestObservation], list[Finding]]:
-    """The observations a fit may use, and a finding for each kind that it may not."""
-    notes: list[Finding] = []
-    failed = [o for o in obs if o.error]
-    preempted = [o for o in obs if not o.error and (o.preemptions or 0) > 0]
-    crowded = [o for o in obs if not o.error and (o.max_running or 0) > 1]
-    flat = [o for o in obs if not o.error and not o.peak_usage and o not in preempted]
-    if failed:
-        notes.append(Finding(F.REQUEST_FAILED, f"{len(failed)} ladder request(s) failed: {failed[0].error}"))
-    if preempted:
-        notes.append(
-            Finding(
-                F.PROBE_PREEMPTED,
-                f"{len(preempted)} lone request(s) were preempted (the longest held "
-                f"{max(o.kv_tokens for o in preempted):,} tokens): the pool cannot hold one request of "
-                "that length, so their occupancy is not their cost; they are left out",
-            )
-        )
-    if crowded:
-        notes.append(
-            Finding(
-                F.OTHER_LOAD,
-                f"{len(crowded)} ladder request(s) ran beside other requests (up to "
-                f"{max(o.max_running or 0 for o in crowded):.0f} running): their occupancy is not theirs "
-                "alone; they are left out",
-            )
-        )
-    if flat:
-        notes.append(
-            Finding(
-                F.USAGE_NEVER_ROSE,
-                f"{len(flat)} ladder request(s) never showed usage above the idle level "
-                "(too short to be read while alive, or the metric does not count them)",
-            )
-        )
-    bad = {id(o) for o in failed + preempted + crowded + flat}
-    return [o for o in obs if id(o) not in bad], notes
 
 
 def _pool_blocks(
