@@ -29,6 +29,7 @@ from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, main_wind
 from harness.advisor.evidence import WorkloadEvidence, completed, workload_evidence
 from harness.advisor.facts import REPLAYS, collect, replay_missing
 from harness.advisor.kv_curve import kv_event_verdicts
+from harness.advisor.measured_terms import with_measured_terms
 from harness.advisor.plausibility import implausible
 from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
 from harness.advisor.run_inputs import RunInputs
@@ -298,7 +299,8 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
                 "no replays: the run shows no KV pressure or queueing, and no proposal to verify",
             )
         )
-    verdicts = [_verdict(p, replayer, notes, distrust) for p in outcome.proposals]
+    proposals = with_measured_terms(outcome.proposals, inputs.path, inputs.requests, notes)
+    verdicts = [_verdict(p, replayer, notes, distrust) for p in proposals]
     verdicts += kv_event_verdicts(inputs, replayer, diag.kv_pressure, notes, distrust)
     verdicts = sorted(verdicts, key=_rank)
     diagnosis = {

@@ -19,6 +19,7 @@ REPLAY_IMPLAUSIBLE = "advice.json verdicts[].replay.implausible"
 FIDELITY = "advice.json fidelity.reason"
 RUN_NOTE = "run.json notes"
 RUN_EXIT = "run.json exit.reason"
+PROBE = "probe.json findings"
 UNCODED = "uncoded"
 
 
@@ -75,6 +76,7 @@ _SECTIONS: dict[str | tuple[str, ...], dict[str, str]] = {
         "demand_capped": "the demand replay's pool was capped below what the trace could need",
         "demand_from_arithmetic": "KV demand is the upper bound peak requests x p99 length, not a replay's",
         "replays_not_trusted": "the replay of the run as it was does not resemble it: none verifies",
+        "probe_unreadable": "the bundle's probe.json is unreadable: verdicts stay in arithmetic terms",
         "no_replays_needed": "no KV pressure, no queueing and no proposal to verify: nothing replayed",
         "replay_failed": "a verdict's replay failed (`subject`: its action)",
         "alternative_replay_failed": "the replay of a verdict's alternative failed (`subject`: its action)",
@@ -138,6 +140,27 @@ _SECTIONS: dict[str | tuple[str, ...], dict[str, str]] = {
     },
     ANYWHERE: {
         "uncoded": "read from a bundle written before findings had codes",
+    },
+    PROBE: {
+        "no_kv_usage_metric": "the server exposes no KV occupancy: nothing to measure",
+        "target_unreachable": "the probe's target did not answer",
+        "probe_request_failed": "a ladder request got no answer or an error",
+        "probe_preempted": "a lone ladder request was preempted: its occupancy is not its cost",
+        "other_load": "another client's requests ran while a ladder request was measured",
+        "usage_never_rose": "a request's occupancy was never seen above the idle level",
+        "idle_usage_retained": "KV usage stays up after requests end (the metric counts cached blocks)",
+        "too_few_points": "fewer than two usable ladder points: no fit",
+        "fixed_reservation": "occupancy does not grow with tokens: a fixed reservation per request",
+        "pool_blocks_unmeasured": "usage is no whole number of blocks over a pool: usable blocks unmeasured",
+        "pool_blocks_from_statement": "the pool's usable block count is the server's statement",
+        "not_whole_blocks": "no whole block size explains every ladder point exactly",
+        "no_lengths": "no request lengths to tabulate (no --lengths, no bundle)",
+        "bundle_no_kv_samples": "the run recorded no KV usage samples: nothing to fit",
+        "bundle_prefix_sharing": "the run's requests shared prefix blocks, which makes its fit low",
+        "null_block": "measured capacity = stated less one block: the null block pads block tables",
+        "capacity_differs_from_statement": "the measured capacity differs from the server's statement",
+        "capacity_matches_statement": "the measured capacity is what the server states",
+        "no_stated_capacity": "the server states no pool size: the measured capacity stands alone",
     },
 }
 CODES: dict[str, Code] = _codes(_SECTIONS)

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "harness.cli.sweep",  # kvscope sweep
     "harness.cli.report",  # kvscope report
     "harness.cli.advise",  # kvscope advise DIR | --live URL
+    "harness.cli.probe",  # kvscope probe [BUNDLE] | --target URL
 )
 
 

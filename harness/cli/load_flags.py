@@ -5,9 +5,24 @@ defaults of None so only what the user gave is forwarded)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import TypeVar
 
 from harness.run.engine_flags import PASS_THROUGH
 from harness.workload.options import Option, add_to_parser, run_options, workloads_with
+
+T = TypeVar("T", int, float)
+
+
+def comma_list(text: str, cast: Callable[[str], T], valid: Callable[[T], bool], hint: str) -> list[T]:
+    """`1,2,4` as values of `cast`, each `valid`; argparse's error (with `hint`) otherwise."""
+    try:
+        values = [cast(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    if not values or not all(valid(v) for v in values):
+        raise argparse.ArgumentTypeError(hint)
+    return values
 
 
 def add_workload_options(parser: argparse.ArgumentParser, title: str) -> None:

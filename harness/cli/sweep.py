@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.cli.load_flags import add_engine_flags, add_workload_options
+from harness.cli.load_flags import add_engine_flags, add_workload_options, comma_list
 from harness.run.engine_flags import STARTUP_TIMEOUT_S
+from harness.sweep.search import DEFAULT_MAX_POINTS, DEFAULT_REPEATS, DEFAULT_TOLERANCE
 from harness.workload.options import WORKLOADS
 
 SWEEP_EPILOG = """\
@@ -30,17 +31,25 @@ requests met every SLO (failed requests count as misses).
 
 Without --target the bundled engine starts once and serves every point; the engine flags
 below are passed to it, the workload options to every `kvscope run`.
+
+--find-max: instead of running every listed load, search LOW,HIGH (--rates LOW,HIGH open loop,
+--concurrency LOW,HIGH closed loop) for the highest load that meets --slo for --attainment of
+requests, in as few points as it can: the top first (if it meets the SLOs, the search ends:
+search higher); a failing top in open loop gives the server's achieved rate, where the
+bracket starts; steps of (1 + --tolerance), squared each time, bracket the limit; bisection
+narrows it to within --tolerance (closed loop: adjacent user counts), at most --max-points
+points. An open-loop point stops early, and counts as missing, once more requests already
+missed a TTFT or E2E SLO (per the server's histogram) than the attainment allows. The two
+boundary loads then run --repeats more times each, for the spread of their attainment. When
+preemptions start at the boundary, the report says the boundary is KV-bound and links the
+failing point's advice. sweep.json's `search` holds the order, the boundary and the spread.
+  kvscope sweep --find-max --rates 0.5,16 --slo ttft=2s --simulate --sim-model llama-3.1-70b \\
+      --sim-gpu h100-80gb --tensor-parallel-size 4 --duration-per-point 20s
 """
 
 
 def _loads(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError("loads must be positive numbers, e.g. 1,2,4,8")
-    return values
+    return comma_list(text, float, lambda v: v > 0, "loads must be positive numbers, e.g. 1,2,4,8")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -85,6 +94,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0.9,
         help="share of requests that must meet every SLO for a point to count (default: 0.9)",
     )
+    search = p.add_argument_group("search (--find-max)")
+    search.add_argument(
+        "--find-max",
+        action="store_true",
+        help="search the range LOW,HIGH of --rates/--concurrency for the highest load meeting --slo",
+    )
+    search.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help=f"stop when the boundary is bracketed within this share (default: {DEFAULT_TOLERANCE})",
+    )
+    search.add_argument(
+        "--max-points",
+        type=int,
+        default=DEFAULT_MAX_POINTS,
+        help=f"most search points, repeats not counted (default: {DEFAULT_MAX_POINTS})",
+    )
+    search.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        help=f"extra runs of each boundary load, for the spread (default: {DEFAULT_REPEATS})",
+    )
     p.add_argument("--out", metavar="DIR", help="sweep folder (default: runs/<time>-sweep)")
     p.add_argument(
         "--model",
@@ -113,6 +146,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from harness.run.config import ConfigError
     from harness.sweep.config import from_args
     from harness.sweep.execute import execute
+    from harness.sweep.find_max import execute_find_max
     from harness.sweep.table import format_table
 
     try:
@@ -120,7 +154,7 @@ def _sweep(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"kvscope sweep: error: {exc}", file=sys.stderr)
         return 2
-    result = execute(cfg)
+    result = execute_find_max(cfg) if cfg.find_max else execute(cfg)
     print(format_table(result))
     print(f"sweep: {cfg.out} (report.html, sweep.json)")
     return 0 if result["status"] == "completed" and result["points"] else 1

@@ -20,9 +20,11 @@ from harness.bundle.schema import SWEEP_JSON
 from harness.report import plots
 from harness.report.content import run_document
 from harness.report.document import Document
+from harness.report.probe_section import read_probe
 from harness.report.run_report import RunReport
 from harness.report.session_plots import sessions_by_turn
 from harness.report.sweep_content import SweepReport, sweep_document
+from harness.report.sweep_search import search_figure
 
 
 def run_figures(bundle: Bundle, slos: Slos) -> tuple[dict[str, Any], dict[str, str]]:
@@ -69,7 +71,7 @@ def sweep_figures(d: Path, sw: dict[str, Any]) -> dict[str, str]:
     best = (sw.get("best") or {}).get("index")
     slos = Slos(**sw.get("slos", {}))
     path = plots.sweep_curve(table, knee, best, slos, d / "plots" / "sweep.png")
-    return {"sweep": str(path.relative_to(d))} if path else {}
+    return {**({"sweep": str(path.relative_to(d))} if path else {}), **search_figure(d, sw)}
 
 
 def build_document(d: Path, advice: Advice | None, slos: Slos | str | None) -> Document:
@@ -81,4 +83,4 @@ def build_document(d: Path, advice: Advice | None, slos: Slos | str | None) -> D
     bundle = read_bundle(d)
     s = parse_slos(slos) if isinstance(slos, str) else (slos or slos_from_run(bundle.run))
     summary, figures = run_figures(bundle, s)
-    return run_document(RunReport(summary, figures, advice))
+    return run_document(RunReport(summary, figures, advice, read_probe(d)))

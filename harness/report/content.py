@@ -21,6 +21,7 @@ from harness.report.latency_sections import (
     summary_section,
     throughput_section,
 )
+from harness.report.probe_section import capacity_section
 from harness.report.request_sections import errors_section, lengths_section
 from harness.report.run_report import RunReport
 from harness.report.selfcheck_section import selfcheck_section
@@ -44,6 +45,7 @@ RUN_SECTIONS: tuple[SectionFn, ...] = (
     server_section,
     preemption_section,
     kv_band_section,
+    capacity_section,
     sessions_section,
     client_server_section,
     server_split_section,

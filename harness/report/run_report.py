@@ -1,6 +1,7 @@
 """What every section of a run's report reads: the summary (summary.json's dict, the only
-source of figures), the figures drawn for it (name -> path in the report folder) and the
-advice (None when the folder has none)."""
+source of figures), the figures drawn for it (name -> path in the report folder), the
+advice (None when the folder has none) and the probe's result (probe.json: None without one,
+the reason when unreadable)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.advisor.record import Advice
+from harness.probe.result import ProbeResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,3 +17,4 @@ class RunReport:
     summary: dict[str, Any]
     figures: dict[str, str] = field(default_factory=dict)
     advice: Advice | None = None
+    probe: ProbeResult | str | None = None

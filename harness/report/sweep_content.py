@@ -16,6 +16,7 @@ from harness.advisor.record import Advice
 from harness.formatting import ms_cell, num, pct
 from harness.report.advice import advice_section
 from harness.report.document import Bullets, Document, Image, Para, Section, Table
+from harness.report.sweep_search import search_blocks
 
 KNEE_RULE = (
     "Knee: for each step between loads, elasticity = Δln(E2E p99) / Δln(output tok/s); "
@@ -62,6 +63,12 @@ def knee_section(r: SweepReport) -> Section:
     return sec
 
 
+def search_section(r: SweepReport) -> Section | None:
+    if not r.sweep.get("search"):
+        return None
+    return Section("Search for the highest load meeting the SLOs", search_blocks(r.sweep, r.figures))
+
+
 def _point_row(p: dict[str, Any], elasticity: float | None) -> list[str]:
     return [
         p["load_label"],
@@ -96,7 +103,12 @@ def points_section(r: SweepReport) -> Section:
     return sec
 
 
-SWEEP_SECTIONS: tuple[Callable[[SweepReport], Section | None], ...] = (_advice, knee_section, points_section)
+SWEEP_SECTIONS: tuple[Callable[[SweepReport], Section | None], ...] = (
+    _advice,
+    knee_section,
+    search_section,
+    points_section,
+)
 
 
 def sweep_document(r: SweepReport) -> Document:

@@ -21,6 +21,7 @@ from harness.run.config import (
     workload_argv,
 )
 from harness.run.engine_flags import STARTUP_TIMEOUT_S
+from harness.sweep.search import DEFAULT_MAX_POINTS, DEFAULT_REPEATS, DEFAULT_TOLERANCE
 
 SweepMode = Literal["rate", "concurrency"]
 
@@ -40,6 +41,10 @@ class SweepConfig:
     engine_args: list[str] = field(default_factory=list)  # passed to `kvscope engine serve`
     startup_timeout_s: float = STARTUP_TIMEOUT_S
     api_key: str = field(default="", repr=False)  # reaches the points through their environment
+    find_max: bool = False  # search `loads` = [low, high] for the highest load meeting the SLOs
+    tolerance: float = DEFAULT_TOLERANCE
+    max_points: int = DEFAULT_MAX_POINTS
+    repeats: int = DEFAULT_REPEATS  # extra runs of each boundary point, for the spread
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -67,6 +72,8 @@ def from_args(args: argparse.Namespace) -> SweepConfig:
     if not 0 < args.attainment <= 1:
         raise ConfigError("--attainment must be in (0, 1]")
     mode, loads = ("rate", args.rates) if args.rates else ("concurrency", args.concurrency)
+    if args.find_max:
+        check_search(args, loads)
     return SweepConfig(
         mode,
         loads,
@@ -81,4 +88,20 @@ def from_args(args: argparse.Namespace) -> SweepConfig:
         engine,
         args.startup_timeout,
         api_key(args),
+        args.find_max,
+        args.tolerance,
+        args.max_points,
+        args.repeats,
     )
+
+
+def check_search(args: argparse.Namespace, loads: list[float]) -> None:
+    """--find-max's own checks: a range LOW,HIGH, SLOs to meet, a sane budget."""
+    if len(loads) != 2 or not loads[0] < loads[1]:
+        raise ConfigError("--find-max searches a range: give --rates LOW,HIGH or --concurrency LOW,HIGH")
+    if not args.slo:
+        raise ConfigError("--find-max needs --slo: the highest load meeting which SLOs?")
+    if not 0 < args.tolerance < 1:
+        raise ConfigError("--tolerance must be in (0, 1), e.g. 0.1 for 10%")
+    if args.max_points < 2 or args.repeats < 0:
+        raise ConfigError("--max-points must be at least 2 and --repeats at least 0")

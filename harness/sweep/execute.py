@@ -15,38 +15,49 @@ printed at the end come from the same rows, built by `point_row` from each point
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.analysis.summary import write_summary
 from harness.bundle.schema import REQUESTS
 from harness.run import procs
-from harness.run.commands import LOOPBACK, child_env, engine_command, kvscope_command
-from harness.run.outcome import MEASURED
+from harness.run.bundled_engine import start_bundled_engine
+from harness.run.commands import child_env, kvscope_command
+from harness.run.outcome import MEASURED, Exit
 from harness.sweep.config import SweepConfig
+from harness.sweep.doom import DoomWatch
 from harness.sweep.table import load_label, point_row, write_results
 
+WATCH_INTERVAL_S = 1.0
 DEFAULT_MODEL = "tiny-random"  # a sweep restarts nothing between points, but starts in seconds
 
 
 def start_engine(cfg: SweepConfig) -> tuple[procs.Child, str]:
     """The bundled engine on a free port; returns (child, base URL) once /health answers."""
-    port = procs.free_port()
-    argv = engine_command(cfg.model or DEFAULT_MODEL, cfg.engine_args, port)
-    child = procs.start("engine", argv, cfg.out / "logs", env=child_env(cfg.api_key))
-    url = f"http://{LOOPBACK}:{port}"
-    ok, reason = procs.wait_http(url + "/health", cfg.startup_timeout_s, child)
-    if not ok:
-        tail = child.log_tail()
-        child.stop()
-        raise RuntimeError(f"the engine did not become healthy ({reason}):\n{tail}")
-    return child, url
+    return start_bundled_engine(
+        cfg.model or DEFAULT_MODEL, cfg.engine_args, cfg.out / "logs", cfg.api_key, cfg.startup_timeout_s
+    )
 
 
-def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
+def _wait(proc: subprocess.Popen, watch: DoomWatch | None) -> int:
+    """The point's exit status; with a watch, checked once a second and stopped (SIGINT: the
+    run then writes its bundle) once the point can no longer meet its SLOs."""
+    while True:
+        try:
+            return proc.wait(timeout=None if watch is None else WATCH_INTERVAL_S)
+        except subprocess.TimeoutExpired:
+            if watch is not None and watch.doomed():
+                proc.send_signal(signal.SIGINT)
+                return proc.wait()
+
+
+def run_point(cfg: SweepConfig, index: int, load: float, target: str, watch: DoomWatch | None = None) -> Path:
+    """One point's bundle; `watch` may stop it early (its `reason` then says why)."""
     out = cfg.out / f"point-{index:02d}"
     argv = kvscope_command(
         "run",
@@ -71,7 +82,7 @@ def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
     with open(cfg.out / "logs" / f"point-{index:02d}.log", "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=child_env(cfg.api_key))
         try:
-            rc = proc.wait()
+            rc = _wait(proc, watch)
         except KeyboardInterrupt:
             # The run got the same Ctrl-C and is stopping Locust and writing its bundle; killing
             # it now (as subprocess.call would) would orphan its engine and Locust processes.
@@ -79,7 +90,8 @@ def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
             raise
     # A point that measured (errors and an unreliable client included: those are results)
     # counts; one whose target was lost, that failed or was interrupted stops the sweep.
-    if rc not in MEASURED or not (out / REQUESTS).exists():
+    stopped = watch is not None and watch.reason is not None and rc == Exit.INTERRUPTED
+    if (rc not in MEASURED and not stopped) or not (out / REQUESTS).exists():
         raise RuntimeError(
             f"`kvscope run` for point {index} ({load_label(cfg.mode, load)}) exited {rc}; "
             f"see {cfg.out / 'logs' / f'point-{index:02d}.log'}"
@@ -87,21 +99,41 @@ def run_point(cfg: SweepConfig, index: int, load: float, target: str) -> Path:
     return out
 
 
-def execute(
-    cfg: SweepConfig, say=lambda m: print(f"kvscope sweep: {m}", file=sys.stderr, flush=True)
-) -> dict[str, Any]:
-    """Run every point, write sweep.json/csv and the reports; returns sweep.json's content."""
-    from harness.report.write import write_report
-
+def serve_points(
+    cfg: SweepConfig, say: Callable[[str], None], points: Callable[[str], None]
+) -> tuple[str, str]:
+    """Start the bundled engine unless there is a --target, run `points(target URL)`, stop the
+    engine: (status, target). A Ctrl-C or a point that failed ends the points, not the sweep:
+    what was measured is still written."""
     (cfg.out / "logs").mkdir(parents=True, exist_ok=True)
-    engine = None
-    rows: list[dict[str, Any]] = []
-    status = "completed"
-    target = cfg.target or ""
+    engine, status, target = None, "completed", cfg.target or ""
     try:
         if cfg.target is None:
             say(f"starting the bundled engine ({cfg.model or DEFAULT_MODEL}) once for all points")
             engine, target = start_engine(cfg)
+        points(target)
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except RuntimeError as exc:
+        status = f"failed: {exc}"
+        say(f"error: {exc}")
+    finally:
+        if engine is not None:
+            engine.stop()
+    return status, target
+
+
+def say_sweep(message: str) -> None:
+    print(f"kvscope sweep: {message}", file=sys.stderr, flush=True)
+
+
+def execute(cfg: SweepConfig, say: Callable[[str], None] = say_sweep) -> dict[str, Any]:
+    """Run every point, write sweep.json/csv and the reports; returns sweep.json's content."""
+    from harness.report.write import write_report
+
+    rows: list[dict[str, Any]] = []
+
+    def points(target: str) -> None:
         for i, load in enumerate(cfg.loads):
             t = time.monotonic()
             say(f"point {i + 1}/{len(cfg.loads)}: {load_label(cfg.mode, load)} for {cfg.duration_per_point}")
@@ -113,14 +145,8 @@ def execute(
                 f"  {summary['throughput']['output_tokens_per_s']:.1f} output tok/s, E2E p99 "
                 f"{(summary['latency']['e2e']['p99'] or 0) * 1000:.0f} ms ({time.monotonic() - t:.0f} s)"
             )
-    except KeyboardInterrupt:
-        status = "interrupted"
-    except RuntimeError as exc:
-        status = f"failed: {exc}"
-        say(f"error: {exc}")
-    finally:
-        if engine is not None:
-            engine.stop()
+
+    status, target = serve_points(cfg, say, points)
     result = write_results(cfg, rows, status, target)
     write_report(cfg.out)
     return result

@@ -92,7 +92,14 @@ def _best_text(cfg: SweepConfig, best: int | None, table: pd.DataFrame) -> str:
     )
 
 
-def write_results(cfg: SweepConfig, rows: list[dict[str, Any]], status: str, target: str) -> dict[str, Any]:
+def write_results(
+    cfg: SweepConfig,
+    rows: list[dict[str, Any]],
+    status: str,
+    target: str,
+    search: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`search`: --find-max's section (`find_max.search_section`), kept under "search"."""
     result = {
         "schema": SCHEMA,
         "status": status,
@@ -103,6 +110,7 @@ def write_results(cfg: SweepConfig, rows: list[dict[str, Any]], status: str, tar
         "latency_metric": LATENCY_METRIC,
         "throughput_metric": THROUGHPUT_METRIC,
         **analyse(rows, cfg),
+        **({"search": search} if search is not None else {}),
     }
     write_json(cfg.out / SWEEP_JSON, result)
     pd.DataFrame(result["points"]).to_csv(cfg.out / "sweep.csv", index=False)
@@ -122,4 +130,14 @@ def format_table(result: dict[str, Any]) -> str:
     knee = result.get("knee") or {}
     lines.append(knee.get("explanation") or "no points")
     lines.append(result.get("best_explanation") or "")
+    search = result.get("search") or {}
+    if search:
+        lines.append(f"search: {search['boundary']['reason']} ({search['points_run']} runs)")
+        lines += [
+            f"  {s['load']:g}: attainment {s['attainment_min']:.0%}-{s['attainment_max']:.0%} "
+            f"over {s['runs']} runs"
+            for s in search["spread"]
+        ]
+        if search.get("kv_bound"):
+            lines.append(search["kv_bound"]["explanation"])
     return "\n".join(lines)

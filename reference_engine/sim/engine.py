@@ -4,6 +4,8 @@ the named GPU, and the simulator's executor in place of the model.
 Sizing is the cost model's `simulated_num_blocks` (vLLM's arithmetic: memory x utilisation
 - weights / tp - overhead, divided by the KV bytes of one block on one rank), so the block
 count, and with it every KV-usage and preemption figure, is what that deployment would have.
+`--kv-cache-memory BYTES` states the KV budget per GPU instead (vLLM's
+--kv-cache-memory-bytes): the pool is that budget over the KV bytes of one block on one rank.
 
 Torch-free: the tokenizer is SmolLM2's, rebuilt from the GGUF file's metadata with the
 `gguf` and `tokenizers` packages, so a simulation runs where torch is not installed.
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reference_engine.catalogue import CatalogueError, get_gpu, get_model
+from reference_engine.catalogue import CatalogueError, ModelSpec, get_gpu, get_model, kv_dtype_bytes
 from reference_engine.clock import HOST_CLOCK, Clock
 from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.engine import LLMEngine, engine_from_config
@@ -66,6 +68,18 @@ def _kv_dtype(name: str) -> str:
     return {"float16": "fp16", "bfloat16": "bf16"}.get(name, name)
 
 
+def budget_num_blocks(model: ModelSpec, config: EngineConfig, kv_dtype: str, tp: int) -> int | None:
+    """Blocks a `--kv-cache-memory` budget (bytes of KV per GPU, as vLLM's
+    --kv-cache-memory-bytes) holds for the simulated model; None without the flag."""
+    if config.kv_cache_memory is None:
+        return None
+    try:
+        per_token = model.num_layers * model.kv_bytes_per_token_per_layer(kv_dtype_bytes(kv_dtype), tp)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return config.kv_cache_memory // (config.block_size * per_token)
+
+
 def build_sim_engine(
     spec: SimSpec,
     config: EngineConfig,
@@ -86,8 +100,6 @@ def build_sim_engine(
         model, gpu = get_model(spec.model), get_gpu(spec.gpu)
     except CatalogueError as exc:
         raise ConfigError(str(exc)) from None
-    if config.kv_cache_memory is not None:
-        raise ConfigError("--kv-cache-memory does not apply to a simulation; use --gpu-memory-utilization")
     kv_dtype = _kv_dtype(config.kv_cache_dtype)
     max_model_len = config.max_model_len or model.max_context
     if max_model_len > model.max_context:
@@ -98,7 +110,8 @@ def build_sim_engine(
         cost = CostModel(model, gpu, spec.tensor_parallel_size, spec.weight_dtype, kv_dtype)
     except (ValueError, CatalogueError) as exc:
         raise ConfigError(str(exc)) from None
-    num_blocks = config.num_blocks or simulated_num_blocks(
+    num_blocks = config.num_blocks or budget_num_blocks(model, config, kv_dtype, spec.tensor_parallel_size)
+    num_blocks = num_blocks or simulated_num_blocks(
         model,
         gpu,
         spec.tensor_parallel_size,
