@@ -34,6 +34,9 @@ from harness.run.commands import (
 )
 from harness.run.config import ConfigError, RunConfig, from_args
 from harness.run.finish import finish
+from harness.run.kv_watch import KvEventsWatch
+from harness.run.kv_watch import fetch as fetch_kv_events
+from harness.run.liveness import TargetWatch, reach
 from harness.run.outcome import Exit
 from harness.run.progress import JsonlTail, Progress
 from harness.run.server_facts import target_facts
@@ -76,7 +79,7 @@ def execute(cfg: RunConfig) -> int:
         start_exporter(run)
         start_locust(run)
         watch(run)
-        if not run.interrupts:
+        if not run.interrupts and run.target_answers:
             run.target_answers = target_answers(run.target_url)
     except RunFailed as exc:
         failure = exc
@@ -88,17 +91,6 @@ def execute(cfg: RunConfig) -> int:
     return finish(run, failure, master_rc)
 
 
-def reach(url: str, timeout_s: float) -> str | None:
-    """None when the server at `url` gives any HTTP answer (on /health or /v1/models: a 401
-    or 404 is an answer), else the reason it did not."""
-    reason = b""
-    for path in ("/health", "/v1/models"):
-        status, reason = procs.http_get(url + path, timeout_s)
-        if status:
-            return None
-    return reason.decode(errors="replace")
-
-
 def target_answers(url: str) -> bool:
     """After the load: a target that no longer answers was lost during the run."""
     return reach(url, END_PROBE_TIMEOUT_S) is None
@@ -106,13 +98,15 @@ def target_answers(url: str) -> bool:
 
 def start_target(run: Run) -> None:
     cfg = run.cfg
+    if cfg.kv_events:
+        run.kv_watch = KvEventsWatch(None)
     if cfg.target:
-        run.kv_events = kv_events.for_target(target_name(cfg), cfg.kv_events)
         reason = reach(cfg.target, REACH_TIMEOUT_S)
-        if reason is None:
-            run.target_url = cfg.target
-            return
-        raise RunFailed(f"cannot reach the target {cfg.target}: {reason}", code=Exit.TARGET_UNREACHABLE)
+        if reason is not None:
+            raise RunFailed(f"cannot reach the target {cfg.target}: {reason}", code=Exit.TARGET_UNREACHABLE)
+        run.target_url = cfg.target
+        subscribe_target(run)
+        return
     port = procs.free_port()
     run.say(f"starting the bundled engine ({cfg.model or 'its default model'}) on 127.0.0.1:{port}")
     flags = cfg.engine_argv
@@ -140,6 +134,24 @@ def start_target(run: Run) -> None:
     run.target_url = f"http://127.0.0.1:{port}"
 
 
+def subscribe_target(run: Run) -> None:
+    """A --target's KV events: the endpoints given, or (auto) what the target states; what
+    auto found is said now, before the load, and kept for run.json."""
+    cfg, watch = run.cfg, run.kv_watch
+    if watch is None:
+        return
+    name = target_name(cfg)
+    if cfg.kv_events != [kv_events.AUTO]:
+        run.kv_events = kv_events.for_target(name, cfg.kv_events)
+        return
+    run.kv_events, notes, watch.stated = kv_events.for_target_auto(name, cfg.target or "")
+    for note in notes:
+        watch.notes.append(note)
+        run.say(f"kv events: {note['text']} [{note['code']}]")
+    for spec in run.kv_events:
+        run.say(f"kv events: subscribing {spec}")
+
+
 def server_models(url: str) -> list[dict]:
     """What the target serves (id, max_model_len), for run.json; best effort (an API key
     on /v1 makes this empty)."""
@@ -158,6 +170,9 @@ def start_exporter(run: Run) -> None:
     argv = exporter_command(run.cfg, run.target_url, port, run.paths["exporter"], run.kv_events)
     run.children["exporter"] = procs.start("exporter", argv, run.paths["logs"])
     run.exporter_url = f"http://127.0.0.1:{port}"
+    if run.kv_watch is not None:
+        run.kv_watch.exporter_url = run.exporter_url if run.kv_events else None
+        run.kv_watch.subscriptions = list(run.kv_events)
 
 
 def check_exporter(run: Run, deadline: float) -> None:
@@ -215,8 +230,20 @@ def watch(run: Run) -> None:
     workers_gone_at: float | None = None
     last = 0.0
     tty = sys.stderr.isatty()
+    target = TargetWatch(run.target_url)
     while master.running:
         now = time.monotonic()
+        progress.update()
+        if target.check(progress.connection_failures, now, engine_exited(run)) and target.lost:
+            run.target_lost = target.lost.to_json(run.started_unix)
+            run.target_answers = False
+            run.notes.append(target.lost.text(run.started_unix))
+            run.say(f"error: {run.notes[-1]}")
+            if term_deadline is None:
+                master.send_signal(signal.SIGTERM)
+                term_deadline = now + cfg.drain_timeout_s + 20.0
+        if run.kv_watch is not None and run.target_answers:
+            run.kv_watch.poll(now, progress.first_ok_unix, run.say)
         if run.interrupts and term_deadline is None:
             master.send_signal(signal.SIGTERM)
             term_deadline = now + cfg.drain_timeout_s + 20.0
@@ -257,6 +284,14 @@ def watch(run: Run) -> None:
             print(("\r" if tty else "") + (final or progress.last_line), file=sys.stderr, flush=True)
 
 
+def engine_exited(run: Run) -> str | None:
+    """Why the bundled engine is gone, or None while it runs (or with a --target)."""
+    engine = run.children.get("engine")
+    if engine is None or engine.running:
+        return None
+    return f"the engine exited with status {engine.returncode}"
+
+
 def stop_all(run: Run) -> int | None:
     if run.aborted_at is not None:
         return stop_at_once(run)
@@ -269,8 +304,10 @@ def stop_all(run: Run) -> int | None:
     otlp.wait_for_spans(run)
     exporter = run.children.get("exporter")
     if exporter is not None:
-        if exporter.running and run.exporter_ok:
+        if exporter.running and run.exporter_ok and run.target_answers:
             time.sleep(1.5)  # one more scrape: the server's counters after the last request
+        if run.kv_watch is not None:
+            run.kv_events_status = run.kv_watch.final(fetch_kv_events(run.kv_watch.exporter_url))
         exporter.stop(signal.SIGTERM, timeout_s=10.0)
     engine = run.children.get("engine")
     if engine is not None:
