@@ -175,12 +175,8 @@ def test_the_exporter_process_binds_what_a_connecting_publisher_states(tmp_path)
     events flow; /api/v1/kv_events keeps the note."""
     import subprocess
     import sys
-    import time
-    import urllib.request
 
-    import zmq
-
-    from tests.exporter.kv_publisher import batch, stored
+    from tests.exporter.kv_publisher import feed_until_cached
     from tests.support.prometheus import stop_process
 
     sub_port, port = free_port(), free_port()
@@ -198,26 +194,11 @@ def test_the_exporter_process_binds_what_a_connecting_publisher_states(tmp_path)
                 "--listen", f"127.0.0.1:{port}", "--interval", "200ms"]  # fmt: skip
         with open(log, "wb") as f:
             proc = subprocess.Popen(argv, stderr=f)
-        ctx = zmq.Context()
-        pub = ctx.socket(zmq.PUB)
-        pub.connect(f"tcp://127.0.0.1:{sub_port}")
         try:
-            deadline, seq = time.monotonic() + 30, 0
-            while time.monotonic() < deadline and proc.poll() is None:
-                pub.send_multipart([b"kv", seq.to_bytes(8, "big"), batch([stored([seq + 1])])])
-                seq += 1
-                time.sleep(0.1)
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/kv_events", timeout=2) as r:
-                        data = json.loads(r.read())
-                except OSError:
-                    continue
-                if data["instances"] and data["instances"][0]["cached_blocks"] > 0:
-                    return data
-            raise AssertionError(f"no events: {log.read_text()}")
+            return feed_until_cached(sub_port, port, lambda: proc.poll() is None, topic=b"kv")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {log.read_text()}") from None
         finally:
-            pub.close(linger=0)
-            ctx.term()
             stop_process(proc)
 
     async def go():
