@@ -43,7 +43,10 @@ def for_target(name: str, endpoints: list[str]) -> list[str]:
     return [f"{name if i == 0 else f'{name}-{i}'}={e}" for i, e in enumerate(endpoints)]
 
 
-def for_target_auto(name: str, target_url: str) -> tuple[list[str], list[dict], dict]:
-    """(the exporter's --kv-events values, notes as {code, text}, what the target stated)."""
+def subscribe(name: str, target_url: str, given: list[str]) -> tuple[list[str], list[dict], dict]:
+    """A --target's (the exporter's --kv-events values, notes as {code, text}, what the
+    target stated): the endpoints given, or with auto what the target states."""
+    if given != [AUTO]:
+        return for_target(name, given), [], {}
     found = discover(name, target_url)
     return [format_source(s) for s in found.sources], [n.to_dict() for n in found.notes], found.stated

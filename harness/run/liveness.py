@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from harness.run import procs
+from harness.run.state import Run
 
 PROBE_EVERY_S = 1.0
 PROBE_TIMEOUT_S = 2.0  # per path; a killed server refuses at once, a hung one costs two of these
@@ -81,3 +82,18 @@ class TargetWatch:
             return False
         self.lost = TargetLost(time.time(), reason, connection_failures)
         return True
+
+
+def record_lost_target(run: Run, lost: TargetLost) -> None:
+    run.target_lost = lost.to_json(run.started_unix)
+    run.target_answers = False
+    run.notes.append(lost.text(run.started_unix))
+    run.say(f"error: {run.notes[-1]}")
+
+
+def engine_exited(run: Run) -> str | None:
+    """Why the bundled engine is gone, or None while it runs (or with a --target)."""
+    engine = run.children.get("engine")
+    if engine is None or engine.running:
+        return None
+    return f"the engine exited with status {engine.returncode}"

@@ -6,7 +6,9 @@ Ctrl-C alike: Locust first (SIGTERM: it drains in-flight requests and the worker
 records reach the master), then one more exporter scrape so the server's counters include
 the last requests, then the exporter, then the engine. The bundle is written whatever
 happened, from what reached disk (`finish`); run.json says how the run ended. A
-configuration error exits 2 before anything starts.
+configuration error exits 2 before anything starts. A target that stops answering during
+the load (`liveness`: requests fail on the connection and a probe gets no HTTP answer)
+stops Locust at once, so the run ends within seconds (exit 4).
 
 A second Ctrl-C stops at once: the master is told (SIGUSR1) to have every worker end its
 in-flight requests now, record them as aborted and send every record; the master writes
@@ -36,7 +38,7 @@ from harness.run.config import ConfigError, RunConfig, from_args
 from harness.run.finish import finish
 from harness.run.kv_watch import KvEventsWatch
 from harness.run.kv_watch import fetch as fetch_kv_events
-from harness.run.liveness import TargetWatch, reach
+from harness.run.liveness import TargetWatch, engine_exited, reach, record_lost_target
 from harness.run.outcome import Exit
 from harness.run.progress import JsonlTail, Progress
 from harness.run.server_facts import target_facts
@@ -135,21 +137,16 @@ def start_target(run: Run) -> None:
 
 
 def subscribe_target(run: Run) -> None:
-    """A --target's KV events: the endpoints given, or (auto) what the target states; what
-    auto found is said now, before the load, and kept for run.json."""
-    cfg, watch = run.cfg, run.kv_watch
+    """A --target's KV events; what auto found is said now, before the load."""
+    watch, cfg = run.kv_watch, run.cfg
     if watch is None:
         return
-    name = target_name(cfg)
-    if cfg.kv_events != [kv_events.AUTO]:
-        run.kv_events = kv_events.for_target(name, cfg.kv_events)
-        return
-    run.kv_events, notes, watch.stated = kv_events.for_target_auto(name, cfg.target or "")
+    run.kv_events, notes, watch.stated = kv_events.subscribe(target_name(cfg), run.target_url, cfg.kv_events)
+    watch.notes += notes
     for note in notes:
-        watch.notes.append(note)
         run.say(f"kv events: {note['text']} [{note['code']}]")
-    for spec in run.kv_events:
-        run.say(f"kv events: subscribing {spec}")
+    if cfg.kv_events == [kv_events.AUTO]:
+        run.say(f"kv events: subscribing {', '.join(run.kv_events) or 'to nothing'}")
 
 
 def server_models(url: str) -> list[dict]:
@@ -235,10 +232,7 @@ def watch(run: Run) -> None:
         now = time.monotonic()
         progress.update()
         if target.check(progress.connection_failures, now, engine_exited(run)) and target.lost:
-            run.target_lost = target.lost.to_json(run.started_unix)
-            run.target_answers = False
-            run.notes.append(target.lost.text(run.started_unix))
-            run.say(f"error: {run.notes[-1]}")
+            record_lost_target(run, target.lost)
             if term_deadline is None:
                 master.send_signal(signal.SIGTERM)
                 term_deadline = now + cfg.drain_timeout_s + 20.0
@@ -282,14 +276,6 @@ def watch(run: Run) -> None:
         final = progress.final_line()  # None: nothing new since the line last printed
         if tty or final is not None:
             print(("\r" if tty else "") + (final or progress.last_line), file=sys.stderr, flush=True)
-
-
-def engine_exited(run: Run) -> str | None:
-    """Why the bundled engine is gone, or None while it runs (or with a --target)."""
-    engine = run.children.get("engine")
-    if engine is None or engine.running:
-        return None
-    return f"the engine exited with status {engine.returncode}"
 
 
 def stop_all(run: Run) -> int | None:
