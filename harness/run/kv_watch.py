@@ -137,8 +137,8 @@ class KvEventsWatch:
 def console_line(status: dict[str, Any]) -> str:
     """The console's `kv events:` line, printed whenever events were asked for."""
     if not status.get("subscriptions"):
-        codes = ", ".join(n["code"] for n in status.get("notes") or []) or "no source"
-        return f"kv events: none subscribed ({codes}; see the notes above)"
+        codes = ", ".join(n["code"] for n in status.get("notes") or [])
+        return "kv events: none subscribed" + (f" ({codes}; see the notes above)" if codes else "")
     if not status.get("exporter_answered"):
         return "kv events: unknown (the exporter did not answer at the end; see logs/exporter.log)"
     if not status.get("batches"):
