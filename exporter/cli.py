@@ -33,6 +33,7 @@ examples:
   kvscope exporter --target a=https://gpu-a/metrics --target-auth a=bearer-file:/run/secrets/a \
       --ca-file /etc/kvscope/ca.pem
   kvscope exporter --target vllm=http://gpu-a:8000 --kv-events vllm=tcp://gpu-a:5557,replay=tcp://gpu-a:5558
+  kvscope exporter --target vllm=http://gpu-a:8000 --kv-events auto
   kvscope exporter inspect saved.prom --json
   curl -s http://127.0.0.1:8000/metrics | kvscope exporter inspect -
 
@@ -160,12 +161,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--kv-events",
         action="append",
         default=[],
-        metavar="NAME=tcp://HOST:PORT[,replay=tcp://HOST:PORT]",
+        metavar="NAME=tcp://HOST:PORT[,replay=tcp://HOST:PORT] | NAME=auto",
         help="also subscribe to a server's KV cache events (vLLM/SGLang --kv-events-config, the bundled "
         "engine's): NAME is the --target they belong to, the address its PUB socket, replay= its ROUTER "
         "socket (missed batches are then recovered); ',bind' binds the address instead of connecting, "
-        "',topic=T' filters by topic. Repeat for several servers. Adds kvscope_kv_* metrics and "
-        "/api/v1/kv_events",
+        "',topic=T' filters by topic. NAME=auto (or auto, with one --target) asks the target at start "
+        "(GET /kv_event_sources, vLLM >= 0.32 and the bundled engine) and subscribes to what it states; "
+        "a publisher that connects to an address of this machine is bound here, any other problem is said. "
+        "Repeat for several servers. Adds kvscope_kv_* metrics and /api/v1/kv_events",
     )
     p.set_defaults(func=run_exporter)
     sub = p.add_subparsers(dest="exporter_command", metavar="SUBCOMMAND")

@@ -74,15 +74,21 @@ async def _serve(exporter: Exporter, host: str, port: int, kv_events=None) -> No
 
 def kv_events_attacher(specs: list[str], exporter: Exporter, options: Options, targets: list[Target]):
     """None without --kv-events; else a function that adds the hub to the app. Raises
-    KvEventsSpecError (a ValueError) for a bad value. pyzmq is imported only when used."""
+    KvEventsSpecError (a ValueError) for a bad value. `auto` asks the target where it
+    publishes, now; what it finds is said here and kept in /api/v1/kv_events. pyzmq is
+    imported only when used."""
     if not specs:
         return None
     from exporter.kv_events.hub import KvEventsHub
     from exporter.kv_events.lookup import scrape_lookup
     from exporter.kv_events.service import attach
-    from exporter.kv_events.spec import parse_sources
+    from exporter.kv_events.subscriptions import subscriptions
 
-    sources = parse_sources(specs)
+    sources, notes = subscriptions(
+        specs, {t.name: t.url for t in targets}, {t.name: _authorization(t) for t in targets}
+    )
+    for note in notes:
+        print(f"kvscope exporter: kv events: {note.text} [{note.code}]", file=sys.stderr, flush=True)
     names = {t.name for t in targets}
     for s in sources:
         if s.name not in names:
@@ -91,8 +97,15 @@ def kv_events_attacher(specs: list[str], exporter: Exporter, options: Options, t
                 "its projected hit ratios need that target's prefix-cache counters",
                 file=sys.stderr,
             )
-    hub = KvEventsHub(sources, window_s=options.window, lookup=scrape_lookup(exporter))
+    hub = KvEventsHub(sources, window_s=options.window, lookup=scrape_lookup(exporter), notes=notes)
     return lambda app: attach(app, hub, options.interval, options.record_dir)
+
+
+def _authorization(target: Target) -> str | None:
+    try:
+        return target.credentials.header() if target.credentials is not None else None
+    except CredentialError:
+        return None  # the scrape reports it; discovery then asks without
 
 
 def serve(args: argparse.Namespace) -> int:

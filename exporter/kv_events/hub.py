@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from exporter.kv_events.blocks import PRIMARY, Tier
 from exporter.kv_events.chains import HotChain, hot_chains, shared_blocks
 from exporter.kv_events.curve import CurvePoint, extra_blocks, projected_hit_ratio
+from exporter.kv_events.discover import Note
 from exporter.kv_events.source import Limits, SourceState
 from exporter.kv_events.spec import KvEventsSource
 
@@ -89,7 +90,9 @@ class KvEventsHub:
         limits: Limits | None = None,
         window_s: float = 60.0,
         lookup: ScrapeLookup | None = None,
+        notes: list[Note] | None = None,
     ) -> None:
+        self.notes = list(notes or [])  # what `auto` found when the subscriptions were made
         self.states = [SourceState(s, limits) for s in sources]
         self.window_s = window_s
         self.lookup = lookup
@@ -195,6 +198,7 @@ class KvEventsHub:
                         "name": st.source.name,
                         "endpoint": st.source.endpoint,
                         "replay_endpoint": st.source.replay,
+                        "topic": st.source.topic,
                         "bind": st.source.bind,
                         "connected": st.connected,
                         "disconnects": st.disconnects,

@@ -23,7 +23,13 @@ _STOP_KEY = web.AppKey("kv_events_stop", asyncio.Event)
 
 async def kv_events_view(request: web.Request) -> web.Response:
     hub = request.app[HUB_KEY]
-    return web.json_response({"sources": hub.sources_view(), "instances": [v.to_dict() for v in hub.views]})
+    return web.json_response(
+        {
+            "sources": hub.sources_view(),
+            "instances": [v.to_dict() for v in hub.views],
+            "notes": [n.to_dict() for n in hub.notes],
+        }
+    )
 
 
 def attach(app: web.Application, hub: KvEventsHub, interval_s: float, record_dir: Path | None = None) -> None:

@@ -20,6 +20,7 @@ FIDELITY = "advice.json fidelity.reason"
 RUN_NOTE = "run.json notes"
 RUN_EXIT = "run.json exit.reason"
 PROBE = "probe.json findings"
+KV_EVENTS = ("run.json kv_events.notes", "run.json notes")
 UNCODED = "uncoded"
 
 
@@ -162,8 +163,27 @@ _SECTIONS: dict[str | tuple[str, ...], dict[str, str]] = {
         "capacity_matches_statement": "the measured capacity is what the server states",
         "no_stated_capacity": "the server states no pool size: the measured capacity stands alone",
     },
+    KV_EVENTS: {
+        "kv_events_sources_unavailable": "the server states no KV event publisher (no GET /kv_event_sources)",
+        "kv_events_sources_unreachable": "GET /kv_event_sources could not be asked",
+        "kv_events_sources_malformed": "GET /kv_event_sources answered no usable publisher configs",
+        "kv_events_not_enabled": "the server publishes no KV events (no --kv-events-config)",
+        "kv_events_not_published": "the server's KV event config publishes nothing (disabled, or not ZeroMQ)",
+        "kv_events_endpoint_unreachable": "the server publishes where no other process can reach",
+        "kv_events_endpoint_unusable": "the stated endpoint cannot be used as a ZeroMQ address",
+        "kv_events_connect_style": "the publisher connects to an address kvscope cannot bind: no events",
+        "kv_events_connect_style_bound": "the publisher connects to a local address: kvscope binds it",
+        "kv_events_no_replay": "the server has no replay endpoint: a missed batch cannot be recovered",
+        "kv_events_replay_unreachable": "the replay endpoint is unreachable: missed batches are lost",
+        "kv_events_not_connected": "no KV event batch came: the subscription never connected",
+        "kv_events_no_batches": "no KV event batch came although the subscription connected",
+        "kv_events_late": "the first KV event batch came after the silence warning",
+    },
 }
 CODES: dict[str, Code] = _codes(_SECTIONS)
+# Made as {"code", "text"} dicts by the exporter's KV event discovery (the exporter imports no
+# harness) and by the run's KV event watch, and relayed into run.json's notes as findings.
+RELAYED: frozenset[str] = frozenset(_SECTIONS[KV_EVENTS])
 
 
 def markdown_table() -> str:

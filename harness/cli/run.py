@@ -21,6 +21,7 @@ examples:
   kvscope run --workload shared_prefix --model smollm2-135m --num-blocks 48 --duration 90s
   kvscope run --target http://gpu-box:8000 --workload chat --users 32 --spawn-rate 8 --duration 5m
   kvscope run --target http://gpu-box:8000 --workload rate --rate 4 --arrival poisson --workers 2
+  kvscope run --target http://gpu-box:8000 --workload shared_prefix --kv-events auto --otlp
   kvscope run --workload chat --simulate --sim-model llama-3.1-70b --sim-gpu h100-80gb --users 256
 
 closed loop (--users N): N users, each sending when its previous answer is in.
@@ -40,7 +41,11 @@ status, and the deployment facts with their source: the bundled engine's configu
 what a --target stated), requests.parquet, server.parquet, summary.json, logs/, raw/ (records
 and exporter samples as JSON lines), locust/ (Locust's CSVs); with --otlp also spans.parquet
 (the server's request spans, joined to the requests by the traceparent each one carries:
-docs/spans.md).
+docs/spans.md); with --kv-events kv_events.parquet (docs/kv-events.md).
+
+A target that stops answering during the run (requests fail on the connection and its
+/health does not answer) ends the run within seconds with exit 4; meanwhile users back off
+(exponentially, at most 2 s) instead of failing at loop speed.
 Load it with harness.results.load(DIR).
 
 {EXIT_HELP}
@@ -159,11 +164,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="?",
         const="auto",
         action="append",
-        metavar="tcp://HOST:PORT[,replay=tcp://HOST:PORT]",
+        metavar="auto | tcp://HOST:PORT[,replay=tcp://HOST:PORT]",
         help="record the server's KV cache events (block stores and evictions: capacity misses, the "
-        "miss-ratio curve, hot prefixes). Bundled engine: give no value, kvscope sets up the engine's "
-        "--kv-events-config on loopback. --target: the server's PUB endpoint and replay ROUTER (its "
-        "--kv-events-config endpoint and replay_endpoint); repeat for replicas",
+        "miss-ratio curve, hot prefixes). Bundled engine: give no value (or auto), kvscope sets up the "
+        "engine's --kv-events-config on loopback. --target: auto reads where the server publishes "
+        "(GET /kv_event_sources, vLLM >= 0.32; a publisher that connects to an address of this machine "
+        "is bound by kvscope, any other problem is said before the load starts); or give its PUB "
+        "endpoint and replay ROUTER (its --kv-events-config endpoint and replay_endpoint), repeated "
+        "for replicas. A `kv events:` line ends the run; no batch within 10 s of the first completed "
+        "request is said at once and noted in run.json with its likely cause",
     )
     p.add_argument(
         "--llamacpp-kv-layout",

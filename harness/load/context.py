@@ -22,6 +22,7 @@ from typing import Any, Literal
 import gevent
 from gevent.lock import Semaphore
 
+from harness.load.backoff import Backoff
 from harness.load.transport import (
     ABORT_MSG,
     DRAIN_MSG,
@@ -116,6 +117,7 @@ class RunContext:
     calibration: Calibration | None = None
     setup_lock: Semaphore = field(default_factory=Semaphore)
     cache: dict[str, Any] = field(default_factory=dict)  # per-test workload data (prefix texts, dataset)
+    backoff: Backoff = field(default_factory=Backoff)  # shared by this process's users
 
     @property
     def options(self) -> Any:
@@ -140,6 +142,7 @@ class RunContext:
         self.server = None
         self.calibration = None
         self.cache = {}
+        self.backoff = Backoff()
 
 
 def context(environment: Any) -> RunContext:

@@ -6,6 +6,8 @@ TTFT, every inter-token gap, E2E, prompt and output tokens from the server's `us
 finish reason, status, error class and the server's per-request timings (the reference
 engine's `kvscope` object, llama.cpp's `timings`). A request whose pooled keep-alive
 connection was already closed is sent once more on a fresh one (`harness.load.stale`).
+After a connection failure every user of the process waits out the shared backoff before
+its next request (`harness.load.backoff`): a dead target is not hammered at loop speed.
 
 Why it looks the way it does:
 - Locust's own event for a `stream=True` request measures only until the headers, so the
@@ -145,6 +147,7 @@ class LLMUser(FastHttpUser):
         if ctx.draining:
             return
         self._setup()
+        self._sleep(ctx.backoff.until_unix)
         if ctx.draining:
             return
         if ctx.schedule is None:
@@ -252,6 +255,7 @@ class LLMUser(FastHttpUser):
         finally:
             ctx.in_flight -= 1
         self.finished(spec, rec, None if answer is None else "".join(answer))
+        ctx.backoff.record(rec.error_class, rec.status_code > 0, time.time())
         self._report(rec)
         return rec
 

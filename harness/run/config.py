@@ -84,7 +84,7 @@ class RunConfig:
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     fail_on_unreliable: bool = False
     advise: bool = True
-    # --kv-events: ["auto"] for the bundled engine, the server's endpoints with --target
+    # --kv-events: ["auto"] (the bundled engine's set up, a --target's asked of it), or a --target's endpoints
     kv_events: list[str] = field(default_factory=list)
     otlp: OtlpConfig | None = None  # --otlp: receive the server's request spans
     llamacpp_kv_layout: KVLayout = "auto"  # the exporter's --llamacpp-kv-layout (a llama-server target)
@@ -204,16 +204,19 @@ def default_out(name: str) -> Path:
 
 def kv_events(args: argparse.Namespace, engine_argv: list[str]) -> list[str]:
     """--kv-events, checked against the target: the bundled engine's are set up by kvscope
-    (no value), a --target's must be given; ConfigError otherwise."""
+    (no value, or auto), a --target's are asked of it (auto, from vLLM 0.32) or given;
+    ConfigError otherwise."""
     given = list(getattr(args, "kv_events", None) or [])
     if not given:
         return []
     if args.target:
         if AUTO in given:
-            raise ConfigError(
-                "--kv-events with --target needs the server's endpoint: --kv-events tcp://HOST:PORT"
-                "[,replay=tcp://HOST:PORT] (its --kv-events-config endpoint and replay_endpoint)"
-            )
+            if given != [AUTO]:
+                raise ConfigError(
+                    "--kv-events auto asks the target where it publishes: give it alone, or give every "
+                    "endpoint (tcp://HOST:PORT[,replay=tcp://HOST:PORT]) without auto"
+                )
+            return [AUTO]
         try:
             parse_sources(for_target("target", given))
         except ValueError as exc:

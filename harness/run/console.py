@@ -24,7 +24,8 @@ def self_check_line(summary: dict) -> str:
     return "\n".join([verdict, *(f"  note: {n}" for n in texts(check.get("notes")))])
 
 
-def print_summary(summary: dict, out: Path) -> None:
+def print_summary(summary: dict, out: Path, kv_line: str = "") -> None:
+    """`kv_line`: the `kv events:` line (with its newline) of a run that asked for them."""
     c, s = summary["client"], summary["server"]
     lat = summary["latency"]
     errors = ", ".join(f"{k} {v}" for k, v in c["errors_by_class"].items()) or "none"
@@ -52,6 +53,7 @@ def print_summary(summary: dict, out: Path) -> None:
         f"preemptions {'-' if s.get('preemptions') is None else s['preemptions']}, "
         f"prefix hit ratio {'-' if hit is None else f'{hit:.1%}'}\n"
         + spans_line(summary.get("spans"))
+        + kv_line
         + f"bundle: {out}",
         flush=True,  # before the stderr lines that follow, when both go to one pipe
     )

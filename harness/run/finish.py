@@ -3,6 +3,13 @@ deployment facts), the bundle and summary.json from the raw files, the console s
 then the advice and the report; and the exit status (`outcome`), which run.json records
 and the console's last line states.
 
+With --kv-events the console always gets a `kv events:` line (`run.kv_watch`), and run.json
+its `kv_events` (counts, sources, notes with codes); a target lost during the run leaves
+`target_lost` (code, when, why).
+
+A run whose target stopped answering ends without the advice and the report (seconds
+matter then; `kvscope advise DIR` makes both from the bundle).
+
 The summary is computed before the status is known (the status depends on its error rate
 and self-check), so run.json is written twice: first provisionally with the bundle, then
 with the outcome. After a second Ctrl-C the advice and the report are skipped (the user
@@ -23,6 +30,7 @@ from harness.bundle.write import write_bundle
 from harness.run.config import redact
 from harness.run.console import print_summary
 from harness.run.deployment import stated_facts
+from harness.run.kv_watch import console_line, kv_event_findings
 from harness.run.outcome import Outcome, judge
 from harness.run.server_facts import recorded_facts
 from harness.run.state import Run, RunFailed
@@ -38,6 +46,10 @@ def run_info(run: Run, failure: RunFailed | None, master_rc: int | None) -> dict
         cfg.deployment_text,
     )
     run.notes += [Finding("deployment_replaced", c) for c in conflicts]
+    kv = run.kv_events_status
+    if kv is None and run.kv_watch is not None:  # the run failed before the exporter was asked
+        kv = run.kv_watch.final(None)
+    run.notes += kv_event_findings(kv)
     return {
         "status": "failed" if failure else "interrupted" if run.interrupts else "completed",
         "failure": str(failure) if failure else None,
@@ -54,6 +66,8 @@ def run_info(run: Run, failure: RunFailed | None, master_rc: int | None) -> dict
         "config": cfg.to_dict(),
         "locust_master_exit_code": master_rc,
         "commands": {name: redact(c.argv) for name, c in run.children.items()},
+        **({"kv_events": kv} if kv is not None else {}),
+        **({"target_lost": run.target_lost} if run.target_lost else {}),
     }
 
 
@@ -76,10 +90,15 @@ def finish(run: Run, failure: RunFailed | None, master_rc: int | None) -> int:
         fail_on_unreliable=cfg.fail_on_unreliable,
     )
     record_outcome(cfg.out, outcome, summary)
+    kv_line = console_line(info["kv_events"]) + "\n" if "kv_events" in info else ""
     if summary is not None:
-        print_summary(summary, cfg.out)
-        if summary["client"]["ok"] and run.aborted_at is None:
+        print_summary(summary, cfg.out, kv_line)
+        if run.target_lost is not None:  # end within seconds: the server is gone, the user waits
+            run.say(f"no advice or report (the target was lost): `kvscope advise {cfg.out}` makes both")
+        elif summary["client"]["ok"] and run.aborted_at is None:
             postprocess(run)
+    elif kv_line:
+        run.say(kv_line.strip())
     run.say(outcome.line())
     return int(outcome.code)
 

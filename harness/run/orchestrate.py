@@ -6,7 +6,9 @@ Ctrl-C alike: Locust first (SIGTERM: it drains in-flight requests and the worker
 records reach the master), then one more exporter scrape so the server's counters include
 the last requests, then the exporter, then the engine. The bundle is written whatever
 happened, from what reached disk (`finish`); run.json says how the run ended. A
-configuration error exits 2 before anything starts.
+configuration error exits 2 before anything starts. A target that stops answering during
+the load (`liveness`: requests fail on the connection and a probe gets no HTTP answer)
+stops Locust at once, so the run ends within seconds (exit 4).
 
 A second Ctrl-C stops at once: the master is told (SIGUSR1) to have every worker end its
 in-flight requests now, record them as aborted and send every record; the master writes
@@ -35,6 +37,9 @@ from harness.run.commands import (
 )
 from harness.run.config import ConfigError, RunConfig, from_args
 from harness.run.finish import finish
+from harness.run.kv_watch import KvEventsWatch
+from harness.run.kv_watch import fetch as fetch_kv_events
+from harness.run.liveness import TargetWatch, engine_exited, reach, record_lost_target
 from harness.run.outcome import Exit
 from harness.run.progress import JsonlTail, Progress
 from harness.run.server_facts import target_facts
@@ -77,7 +82,7 @@ def execute(cfg: RunConfig) -> int:
         start_exporter(run)
         start_locust(run)
         watch(run)
-        if not run.interrupts:
+        if not run.interrupts and run.target_answers:
             run.target_answers = target_answers(run.target_url)
     except RunFailed as exc:
         failure = exc
@@ -89,17 +94,6 @@ def execute(cfg: RunConfig) -> int:
     return finish(run, failure, master_rc)
 
 
-def reach(url: str, timeout_s: float) -> str | None:
-    """None when the server at `url` gives any HTTP answer (on /health or /v1/models: a 401
-    or 404 is an answer), else the reason it did not."""
-    reason = b""
-    for path in ("/health", "/v1/models"):
-        status, reason = procs.http_get(url + path, timeout_s)
-        if status:
-            return None
-    return reason.decode(errors="replace")
-
-
 def target_answers(url: str) -> bool:
     """After the load: a target that no longer answers was lost during the run."""
     return reach(url, END_PROBE_TIMEOUT_S) is None
@@ -107,13 +101,15 @@ def target_answers(url: str) -> bool:
 
 def start_target(run: Run) -> None:
     cfg = run.cfg
+    if cfg.kv_events:
+        run.kv_watch = KvEventsWatch(None)
     if cfg.target:
-        run.kv_events = kv_events.for_target(target_name(cfg), cfg.kv_events)
         reason = reach(cfg.target, REACH_TIMEOUT_S)
-        if reason is None:
-            run.target_url = cfg.target
-            return
-        raise RunFailed(f"cannot reach the target {cfg.target}: {reason}", code=Exit.TARGET_UNREACHABLE)
+        if reason is not None:
+            raise RunFailed(f"cannot reach the target {cfg.target}: {reason}", code=Exit.TARGET_UNREACHABLE)
+        run.target_url = cfg.target
+        subscribe_target(run)
+        return
     port = procs.free_port()
     run.say(f"starting the bundled engine ({cfg.model or 'its default model'}) on 127.0.0.1:{port}")
     flags = cfg.engine_argv
@@ -141,6 +137,19 @@ def start_target(run: Run) -> None:
     run.target_url = f"http://127.0.0.1:{port}"
 
 
+def subscribe_target(run: Run) -> None:
+    """A --target's KV events; what auto found is said now, before the load."""
+    watch, cfg = run.kv_watch, run.cfg
+    if watch is None:
+        return
+    run.kv_events, notes, watch.stated = kv_events.subscribe(target_name(cfg), run.target_url, cfg.kv_events)
+    watch.notes += notes
+    for note in notes:
+        run.say(f"kv events: {note['text']} [{note['code']}]")
+    if cfg.kv_events == [kv_events.AUTO]:
+        run.say(f"kv events: subscribing {', '.join(run.kv_events) or 'to nothing'}")
+
+
 def server_models(url: str) -> list[dict]:
     """What the target serves (id, max_model_len), for run.json; best effort (an API key
     on /v1 makes this empty)."""
@@ -159,6 +168,9 @@ def start_exporter(run: Run) -> None:
     argv = exporter_command(run.cfg, run.target_url, port, run.paths["exporter"], run.kv_events)
     run.children["exporter"] = procs.start("exporter", argv, run.paths["logs"])
     run.exporter_url = f"http://127.0.0.1:{port}"
+    if run.kv_watch is not None:
+        run.kv_watch.exporter_url = run.exporter_url if run.kv_events else None
+        run.kv_watch.subscriptions = list(run.kv_events)
 
 
 def check_exporter(run: Run, deadline: float) -> None:
@@ -219,8 +231,17 @@ def watch(run: Run) -> None:
     workers_gone_at: float | None = None
     last = 0.0
     tty = sys.stderr.isatty()
+    target = TargetWatch(run.target_url)
     while master.running:
         now = time.monotonic()
+        progress.update()
+        if target.check(progress.connection_failures, now, engine_exited(run)) and target.lost:
+            record_lost_target(run, target.lost)
+            if term_deadline is None:
+                master.send_signal(signal.SIGTERM)
+                term_deadline = now + cfg.drain_timeout_s + 20.0
+        if run.kv_watch is not None and run.target_answers:
+            run.kv_watch.poll(now, progress.first_ok_unix, run.say)
         if run.interrupts and term_deadline is None:
             master.send_signal(signal.SIGTERM)
             term_deadline = now + cfg.drain_timeout_s + 20.0
@@ -283,8 +304,10 @@ def stop_all(run: Run) -> int | None:
     otlp.wait_for_spans(run)
     exporter = run.children.get("exporter")
     if exporter is not None:
-        if exporter.running and run.exporter_ok:
+        if exporter.running and run.exporter_ok and run.target_answers:
             time.sleep(1.5)  # one more scrape: the server's counters after the last request
+        if run.kv_watch is not None:
+            run.kv_events_status = run.kv_watch.final(fetch_kv_events(run.kv_watch.exporter_url))
         exporter.stop(signal.SIGTERM, timeout_s=10.0)
     engine = run.children.get("engine")
     if engine is not None:

@@ -110,7 +110,8 @@ def expected_spans(run: Run) -> int:
 
 def wait_for_spans(run: Run) -> None:
     """After the load: wait until every successful request's span is in, or the grace
-    period is over; then close the join (later spans are counted late)."""
+    period is over (no wait for a target that stopped answering: its queue died with it);
+    then close the join (later spans are counted late)."""
     child = run.children.get("otlp")
     cfg = run.cfg.otlp
     if child is None or cfg is None:
@@ -127,7 +128,7 @@ def wait_for_spans(run: Run) -> None:
     want = expected_spans(run)
     deadline = time.monotonic() + cfg.grace_s
     got = int(_status(run).get("request_spans", 0))
-    while got < want and time.monotonic() < deadline and not run.interrupts:
+    while got < want and time.monotonic() < deadline and not run.interrupts and run.target_answers:
         time.sleep(POLL_S)
         got = int(_status(run).get("request_spans", 0))
     child.send_signal(signal.SIGUSR1)

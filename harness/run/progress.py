@@ -5,6 +5,10 @@ them): the Locust master's records (JSON lines, flushed per batch of worker reco
 status file (users, workers), and the exporter's samples (JSON lines, one per scrape).
 Rates and latency percentiles are over the last WINDOW_S seconds of completed requests
 (warm-up requests are counted apart and enter none of them).
+
+`update` reads what is new and is called by the run's watch loop whether or not a line is
+shown: the run also learns from the records when the first request succeeded (KV events are
+expected from then on) and how many requests failed on the connection itself (the target may be gone).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from pathlib import Path
 from harness.formatting import ms
 
 WINDOW_S = 10.0
+# Failures of the connection itself: no answer, a stream that broke off, or silence past the
+# request timeout. A server that is gone shows these; one that refuses (4xx, 5xx) does not.
+CONNECTION_FAILURES = frozenset({"connect_error", "stream_error", "timeout"})
 
 
 @dataclass(slots=True)
@@ -71,7 +78,10 @@ class Progress:
     preemptions_last: float | None = None
     warmup_s: float = 0.0
     warmup: int = 0  # records of requests sent during the warm-up
+    connection_failures: int = 0  # failed records, any phase, of a CONNECTION_FAILURES class
+    first_ok_unix: float | None = None  # when the first successful record (any phase) was read
     last_line: str = ""
+    _line_counts: tuple[int, int, int] = (0, 0, 0)  # (ok, failed, warmup) when last_line was made
 
     def _update_server(self) -> None:
         for path in sorted(self.exporter_dir.glob("*.jsonl")) if self.exporter_dir.is_dir() else []:
@@ -86,10 +96,15 @@ class Progress:
                     self.preemptions_first = p if self.preemptions_first is None else self.preemptions_first
                     self.preemptions_last = p
 
-    def line(self, now: float | None = None) -> str:
+    def update(self, now: float | None = None) -> None:
+        """Read the records that came in since the last call."""
         now = now or time.time()
         for r in self.records.new():
             phase = r.get("phase", "measure")
+            if r.get("ok") and self.first_ok_unix is None:
+                self.first_ok_unix = now
+            if not r.get("ok") and r.get("error_class") in CONNECTION_FAILURES:
+                self.connection_failures += 1
             self.warmup += phase == "warmup"
             if phase != "measure":
                 continue
@@ -105,6 +120,10 @@ class Progress:
                     bool(r.get("ok")),
                 )
             )
+
+    def line(self, now: float | None = None) -> str:
+        now = now or time.time()
+        self.update(now)
         while self.window and self.window[0][0] < now - WINDOW_S:
             self.window.popleft()
         self._update_server()
@@ -128,11 +147,12 @@ class Progress:
             f"TTFT p50 {ms(_pct(ttfts, 0.5), unit='ms')} p99 {ms(_pct(ttfts, 0.99), unit='ms')}"
             f" | KV {kv} | preempted {pre} | ok {self.ok} failed {self.failed}{warming}"
         )
+        self._line_counts = (self.ok, self.failed, self.warmup)
         return self.last_line
 
     def final_line(self, now: float | None = None) -> str | None:
         """The line once more at the end, or None when no record came in since it was last
         made (printing it again would only repeat it)."""
-        made, before = bool(self.last_line), (self.ok, self.failed, self.warmup)
+        made, before = bool(self.last_line), self._line_counts
         line = self.line(now)
-        return None if made and (self.ok, self.failed, self.warmup) == before else line
+        return None if made and self._line_counts == before else line

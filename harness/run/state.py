@@ -14,6 +14,7 @@ from harness.bundle.deployment import DeploymentFacts
 from harness.bundle.finding import Finding
 from harness.run import procs
 from harness.run.config import RunConfig
+from harness.run.kv_watch import KvEventsWatch
 
 
 class RunFailed(Exception):
@@ -41,6 +42,9 @@ class Run:
     target_answers: bool = True  # False: the target no longer answered after the load
     aborted_at: float | None = None  # monotonic time of the second Ctrl-C (stop at once)
     otlp_endpoint: str | None = None  # the span receiver's URL, once it listens (`run.otlp`)
+    kv_watch: KvEventsWatch | None = None  # with --kv-events: silence watch, notes (`run.kv_watch`)
+    kv_events_status: dict | None = None  # run.json's kv_events, read from the exporter at the end
+    target_lost: dict | None = None  # run.json's target_lost: when and why it stopped answering
 
     @property
     def paths(self) -> dict[str, Path]:

@@ -74,6 +74,9 @@ def ready_of(
         enable_prefix_caching=engine.kv.enable_caching,
         allocator=engine.allocator,
         kv_cache_metrics=engine.kv.pool.residency is not None,
+        kv_events_config=(
+            engine.kv_event_publisher.stated_config() if engine.kv_event_publisher is not None else None
+        ),
         weights=weights,
         pid=pid,
     )

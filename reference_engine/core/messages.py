@@ -29,6 +29,8 @@ system-wide clock, so the server's arrival stamp and the core's stamps are compa
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from reference_engine.engine import TokenLogprob
@@ -155,6 +157,8 @@ class CoreReady(msgspec.Struct, tag="ready", array_like=True, omit_defaults=True
     weights: str = ""  # how the weights are held, e.g. "float32" or "int8 (per-channel), bfloat16"
     pid: int = 0
     kv_cache_metrics: bool = False  # the core samples block residency (vLLM's three histograms)
+    # the KV event publisher's config as vLLM states it (GET /kv_event_sources); None: no events
+    kv_events_config: dict[str, Any] | None = None
 
 
 class CoreStartFailed(msgspec.Struct, tag="start_failed", array_like=True):

@@ -51,6 +51,7 @@ class ZmqEventPublisher:
 
     def __init__(self, config: KVEventsConfig, data_parallel_rank: int = 0) -> None:
         self.data_parallel_rank = data_parallel_rank
+        self._config = config
         self._queue: queue.Queue[EventBatch | None] = queue.Queue(maxsize=config.max_queue_size)
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
         self._topic = config.topic.encode("utf-8")
@@ -82,6 +83,24 @@ class ZmqEventPublisher:
         self._running = True
         self._thread = threading.Thread(target=self._serve, name="kvscope-kv-events", daemon=True)
         self._thread.start()
+
+    def stated_config(self) -> dict:
+        """What vLLM's `get_publisher_config` states (served as GET /kv_event_sources): the config
+        with this rank's endpoints, each as configured unless its port was left to the OS
+        (`:0`, `:*`), which reads back as the port bound."""
+        c = self._config
+        return {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": _as_stated(offset_endpoint(c.endpoint, self.data_parallel_rank), self.endpoint),
+            "replay_endpoint": _as_stated(
+                offset_endpoint(c.replay_endpoint, self.data_parallel_rank), self.replay_endpoint
+            ),
+            "buffer_steps": c.buffer_steps,
+            "hwm": c.hwm,
+            "max_queue_size": c.max_queue_size,
+            "topic": c.topic,
+        }
 
     def publish(self, batch: EventBatch) -> None:
         """Queue one batch (blocks while the queue is full). The rank is filled in here."""
@@ -152,3 +171,9 @@ class ZmqEventPublisher:
             if seq >= start:
                 self._replay.send_multipart((client, b"", self._topic, seq.to_bytes(8, "big"), payload))  # type: ignore[union-attr]
         self._replay.send_multipart((client, b"", b"", END_SEQ, b""))  # type: ignore[union-attr]
+
+
+def _as_stated(configured: str | None, bound: str | None) -> str | None:
+    if configured is None or not configured.endswith((":0", ":*")):
+        return configured
+    return bound

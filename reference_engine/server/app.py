@@ -1,8 +1,9 @@
 """The aiohttp application: routes, middlewares, and the engine core's start and stop.
 
 Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions, GET /health,
-GET /metrics. Only /v1/* needs the API key (as in vLLM), so health checks and Prometheus
-scrapes work without it.
+GET /metrics, GET /kv_event_sources (the KV event publisher's config per data-parallel rank,
+as vLLM >= 0.32 states it; `{}` without events). Only /v1/* needs the API key (as in vLLM),
+so health checks and Prometheus scrapes work without it.
 
 Middleware order (outermost first): errors -> auth -> draining. So every refusal, including
 aiohttp's own 404/405/413, leaves as an OpenAI-format JSON error, and an unauthenticated
@@ -112,6 +113,12 @@ async def handle_metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 
+async def handle_kv_event_sources(request: web.Request) -> web.Response:
+    """`{"0": {...}}`: vLLM keys its ranks as strings (a JSON object of its dict[int, config])."""
+    stated = request.app[STATE].ready.kv_events_config
+    return web.json_response({} if stated is None else {"0": stated})
+
+
 def create_app(client: CoreClient, tokenizer, config: ServerConfig) -> web.Application:
     """An app serving the engine core behind `client`. The core starts with the app (which
     waits until it is ready) and stops with it."""
@@ -134,6 +141,7 @@ def create_app(client: CoreClient, tokenizer, config: ServerConfig) -> web.Appli
     app.router.add_post("/v1/chat/completions", handle_chat)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/kv_event_sources", handle_kv_event_sources)
 
     async def start_engine(app: web.Application) -> None:
         await engine.start(config.served_model_name)

@@ -118,3 +118,34 @@ class Publisher:
         self.pub.close(linger=0)
         self.router.close(linger=0)
         self.ctx.term()
+
+
+def feed_until_cached(
+    sub_port: int, api_port: int, alive, topic: bytes = b"", timeout_s: float = 30.0
+) -> dict:
+    """Connect a PUB to a subscriber bound on `sub_port` and publish one stored block every
+    0.1 s until the exporter on `api_port` shows a cached block; its /api/v1/kv_events answer.
+    AssertionError when `alive()` turns False or the time runs out."""
+    import json
+    import urllib.request
+
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.connect(f"tcp://127.0.0.1:{sub_port}")
+    try:
+        deadline, seq = time.monotonic() + timeout_s, 0
+        while time.monotonic() < deadline and alive():
+            pub.send_multipart([topic, seq.to_bytes(8, "big"), batch([stored([seq + 1])])])
+            seq += 1
+            time.sleep(0.1)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{api_port}/api/v1/kv_events", timeout=2) as r:
+                    data = json.loads(r.read())
+            except OSError:
+                continue
+            if data["instances"] and data["instances"][0]["cached_blocks"] > 0:
+                return data
+        raise AssertionError("the exporter exited" if not alive() else "no events")
+    finally:
+        pub.close(linger=0)
+        ctx.term()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -23,7 +22,7 @@ from exporter.kv_events.service import attach
 from exporter.kv_events.spec import KvEventsSource, KvEventsSpecError, parse_source, parse_sources
 from exporter.runner import Exporter, Options
 from exporter.scrape import Target
-from tests.exporter.kv_publisher import Publisher, batch, removed, stored
+from tests.exporter.kv_publisher import Publisher, batch, feed_until_cached, removed, stored
 from tests.exporter.test_exporter_app import check_promtool, families, get
 from tests.support.prometheus import serve_app
 from tests.support.synthetic_metrics import EngineState, vllm_v1_exposition
@@ -166,9 +165,6 @@ def test_the_exporter_process_subscribes(tmp_path: Path) -> None:
     """`python -m exporter --kv-events ...` as an operator runs it: a bound SUB the publisher
     connects to (the bundled engine's arrangement), then /api/v1/kv_events."""
     import subprocess
-    import urllib.request
-
-    import zmq
 
     from tests.support.prometheus import free_port, stop_process
 
@@ -189,27 +185,11 @@ def test_the_exporter_process_subscribes(tmp_path: Path) -> None:
         ],
         stderr=subprocess.PIPE,
     )
-    ctx = zmq.Context()
-    pub = ctx.socket(zmq.PUB)
-    pub.connect(f"tcp://127.0.0.1:{sub_port}")
     try:
-        deadline = time.monotonic() + 30
-        seq = 0
-        while time.monotonic() < deadline:
-            pub.send_multipart([b"", seq.to_bytes(8, "big"), batch([stored([seq + 1])])])
-            seq += 1
-            time.sleep(0.1)
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/kv_events", timeout=2) as r:
-                    data = json.loads(r.read())
-            except OSError:
-                continue
-            if data["instances"] and data["instances"][0]["cached_blocks"] > 0:
-                break
-        else:
-            raise AssertionError(proc.stderr.read1().decode() if proc.poll() is not None else "no events")
-        assert data["sources"][0]["bind"] and data["instances"][0]["target"] == "e"
+        data = feed_until_cached(sub_port, port, lambda: proc.poll() is None)
+    except AssertionError as exc:
+        said = proc.stderr.read1().decode() if proc.poll() is not None else ""
+        raise AssertionError(f"{exc}: {said}") from None
     finally:
-        pub.close(linger=0)
-        ctx.term()
         stop_process(proc)
+    assert data["sources"][0]["bind"] and data["instances"][0]["target"] == "e"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.bundle.finding import Finding, codes, read_findings, texts
-from harness.bundle.finding_codes import CODES, UNCODED, markdown_table
+from harness.bundle.finding_codes import CODES, RELAYED, UNCODED, markdown_table
 from tests.support.paths import ROOT
 
 
@@ -31,7 +31,22 @@ def test_every_finding_the_harness_makes_names_a_registered_code_and_every_code_
         assert isinstance(code, ast.Constant) and isinstance(code.value, str), f"{where}: code not a literal"
         assert code.value in CODES, f"{where}: {code.value!r} is not in finding_codes.CODES"
         made.add(code.value)
-    assert made == set(CODES) - {UNCODED}, set(CODES) - {UNCODED} ^ made
+    assert made == set(CODES) - {UNCODED} - RELAYED, (set(CODES) - {UNCODED} - RELAYED) ^ made
+
+
+def test_every_relayed_code_is_made_by_the_kv_event_discovery_or_watch():
+    """Relayed codes come as dicts from the exporter (which imports no harness) and the run's
+    KV event watch: each is a literal there, and each literal there is registered."""
+    sources = [ROOT / "exporter" / "kv_events" / "discover.py", ROOT / "harness" / "run" / "kv_watch.py"]
+    literals = {
+        node.value
+        for path in sources
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith("kv_events_")
+    }
+    assert literals == set(RELAYED)
 
 
 def test_the_readme_lists_exactly_the_registered_codes():

@@ -4,6 +4,8 @@ crash, and exits 3 (errors above --max-error-rate)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.results import load
@@ -14,11 +16,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def test_unreachable_target_fails_fast(tmp_path):
+    """A target that never answered: exit 4 within seconds, and no request was ever sent
+    (Locust is not started), so no failure is generated at all."""
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    rc, log, seconds = kvscope_run("--target", url, "--workload", "chat", "--out", str(tmp_path / "b"))
+    rc, log, seconds = kvscope_run(
+        "--target", url, "--workload", "chat", "--kv-events", "auto", "--out", str(tmp_path / "b")
+    )
     assert rc == 4 and seconds <= 10, (rc, seconds, log)
     assert f"cannot reach the target {url}" in log
     assert log.strip().splitlines()[-1].startswith("kvscope run: exit 4 (target_unreachable)")
+    run = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert run["commands"] == {} and not (tmp_path / "b" / "raw" / "records.jsonl").exists()
+    assert "kv events: none subscribed" in log  # asked for, and said, even here
 
 
 def test_error_responses_are_counted_by_class(tmp_path):

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
+def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "b"
     rc, log, _ = kvscope_run(
         "--workload",
@@ -53,10 +53,11 @@ def bundle(tmp_path_factory):
         str(out),
     )
     assert rc == 0, log
-    return out
+    return out, log
 
 
-def test_the_bundle_records_the_block_level_series(bundle) -> None:
+def test_the_bundle_records_the_block_level_series(run) -> None:
+    bundle, log = run
     assert (bundle / KV_EVENTS).exists()
     frame = read_kv_events(bundle)
     last = frame.iloc[-1]
@@ -77,9 +78,15 @@ def test_the_bundle_records_the_block_level_series(bundle) -> None:
     assert any(c["reuse"] >= 2 and c["depth_blocks"] >= 8 for c in tops), tops[-3:]
     server = pd.read_parquet(bundle / "server.parquet")
     assert server["kv_block_lifetime_seconds_count"].max() > 0  # --kv-cache-metrics, normalised
+    kv = json.loads((bundle / "run.json").read_text())["kv_events"]
+    assert kv["notes"] == [] and kv["batches"] > 0 and kv["stored_blocks"] >= last["stored_blocks"]
+    assert f"kv events: {kv['batches']} batches (" in log and ", 0 gaps, 0 batches lost" in log
+    (source,) = kv["sources"]
+    assert source["bind"] and source["connected"] and source["endpoint"].startswith("tcp://127.0.0.1:")
 
 
-def test_add_memory_is_sized_by_the_curve_and_verified_by_replay(bundle) -> None:
+def test_add_memory_is_sized_by_the_curve_and_verified_by_replay(run) -> None:
+    bundle, _ = run
     advice = json.loads((bundle / "advice.json").read_text())
     (verdict,) = [v for v in advice["verdicts"] if v["title"].endswith("for prefix reuse")]
     # The replay shows the gain; "verified" also needs the unchanged replay to match the run's

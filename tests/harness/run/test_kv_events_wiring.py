@@ -37,6 +37,12 @@ def test_bundled_engine_gets_a_loopback_config_the_exporter_binds(tmp_path: Path
     assert argv[argv.index("--kv-events") + 1] == spec
 
 
+def test_a_target_is_asked_where_it_publishes(tmp_path: Path) -> None:
+    for given in (["--kv-events"], ["--kv-events", "auto"]):
+        cfg = _cfg("--target", "http://gpu:8000", *given, out=tmp_path)
+        assert cfg.kv_events == [kv_events.AUTO]
+
+
 def test_a_target_names_its_endpoints(tmp_path: Path) -> None:
     cfg = _cfg(
         "--target",
@@ -55,7 +61,7 @@ def test_a_target_names_its_endpoints(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--target", "http://gpu:8000", "--kv-events"], "needs the server's endpoint"),
+        (["--target", "http://gpu:8000", "--kv-events", "--kv-events", "tcp://gpu:5557"], "give it alone"),
         (["--target", "http://gpu:8000", "--kv-events", "http://gpu:5557"], "must be tcp://"),
         (["--kv-events", "tcp://x:1"], "set up by kvscope"),
         (["--kv-events", "--kv-events-config", json.dumps({"enable_kv_cache_events": True})], "not both"),
@@ -72,3 +78,5 @@ def test_help_explains_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
         build_parser().parse_args(["run", "--help"])
     out = capsys.readouterr().out
     assert "--kv-events" in out and "miss-ratio curve" in out and "replay_endpoint" in out
+    words = " ".join(out.split())
+    assert "/kv_event_sources" in words and "A `kv events:` line ends the run" in words

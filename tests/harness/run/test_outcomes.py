@@ -18,6 +18,7 @@ from harness.results import load
 from harness.run.commands import kvscope_command
 from harness.run.procs import free_port, http_get, wait_http
 from tests.support.servers import ROOT, STANDIN, kvscope_run, standin
+from tests.support.target_loss import failures_after, leftover_children
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -61,25 +62,36 @@ def _console(proc) -> tuple[list[str], threading.Thread]:
     return lines, reader
 
 
-def test_a_target_killed_mid_run_exits_4_target_unreachable(tmp_path):
+def test_a_target_killed_mid_run_exits_4_within_seconds_with_few_failures_after(tmp_path):
+    """The users back off (harness.load.backoff) and the run sees the target gone: it ends
+    within 5 s of the kill, not at the planned end, with few failures recorded after it."""
     out, port = tmp_path / "b", free_port()
     target = subprocess.Popen([sys.executable, str(STANDIN), str(port), "ok", "0.02"], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
         assert wait_http(url + "/health", 30.0)[0]
-        proc = _start(url, out, "--users", "4", "--duration", "12s", "--output-tokens", "10")
-        _wait_for_records(out, proc, 5)
+        proc = _start(url, out, "--users", "4", "--duration", "60s", "--output-tokens", "10")
+        _wait_for_records(out, proc, 20)
     finally:
+        kill_unix, killed = time.time(), time.monotonic()
         target.kill()  # as a crashed server: no goodbye; the run goes on against nothing
         target.wait(10)
     log, _ = proc.communicate(timeout=200)
+    exited_after = time.monotonic() - killed
     assert proc.returncode == 4, log
+    assert exited_after < 5.0, (exited_after, log)
+    after = failures_after(out / "raw" / "records.jsonl", kill_unix)
+    assert 0 < after < 50, after
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "target_unreachable" and run["exit"]["code"] == 4
+    lost = run["target_lost"]
+    assert lost["code"] == "target_lost" and kill_unix - 1 < lost["at_unix"] < kill_unix + 4
+    assert "error: the target stopped answering" in log
     assert _last_line(log).startswith(
         "kvscope run: exit 4 (target_unreachable): the target stopped answering"
     )
     assert load(out).summary["errors"]["by_class"].get("connect_error", 0) > 0
+    assert leftover_children(out / "run.json") == []
 
 
 def test_a_target_failing_half_the_requests_exits_3(tmp_path):
