@@ -22,7 +22,6 @@ from typing import Any, Literal
 import gevent
 from gevent.lock import Semaphore
 
-from harness.load.backoff import Backoff
 from harness.load.transport import (
     ABORT_MSG,
     DRAIN_MSG,
@@ -34,6 +33,7 @@ from harness.load.transport import (
     write_status,
 )
 from harness.workload.arrivals import ArrivalKind, ArrivalSchedule
+from harness.workload.backoff import Backoff
 from harness.workload.calibration import Calibration
 from harness.workload.options import API_KEY_ENV, DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S
 from harness.workload.record import Endpoint

@@ -7,7 +7,7 @@ finish reason, status, error class and the server's per-request timings (the ref
 engine's `kvscope` object, llama.cpp's `timings`). A request whose pooled keep-alive
 connection was already closed is sent once more on a fresh one (`harness.load.stale`).
 After a connection failure every user of the process waits out the shared backoff before
-its next request (`harness.load.backoff`): a dead target is not hammered at loop speed.
+its next request (`harness.workload.backoff`): a dead target is not hammered at loop speed.
 
 Why it looks the way it does:
 - Locust's own event for a `stream=True` request measures only until the headers, so the

@@ -6,7 +6,7 @@ During the run the watch loop hands `TargetWatch.check` the count of such failur
 records; each new failure (at most one probe per PROBE_EVERY_S) probes the server's
 /health and /v1/models. No HTTP answer from either means the target is lost: the run then
 stops the load at once, instead of letting users fail request after request until the
-planned end (the users back off meanwhile: `harness.load.backoff`). A bundled engine whose
+planned end (the users back off meanwhile: `harness.workload.backoff`). A bundled engine whose
 process exited is lost without a probe.
 """
 

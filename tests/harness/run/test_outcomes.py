@@ -63,7 +63,7 @@ def _console(proc) -> tuple[list[str], threading.Thread]:
 
 
 def test_a_target_killed_mid_run_exits_4_within_seconds_with_few_failures_after(tmp_path):
-    """The users back off (harness.load.backoff) and the run sees the target gone: it ends
+    """The users back off (harness.workload.backoff) and the run sees the target gone: it ends
     within 5 s of the kill, not at the planned end, with few failures recorded after it."""
     out, port = tmp_path / "b", free_port()
     target = subprocess.Popen([sys.executable, str(STANDIN), str(port), "ok", "0.02"], cwd=ROOT)

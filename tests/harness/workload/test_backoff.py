@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from harness.load.backoff import BASE_S, CAP_S, JITTER, Backoff
+from harness.workload.backoff import BASE_S, CAP_S, JITTER, Backoff
 
 
 def test_connection_failures_back_off_exponentially_up_to_the_cap() -> None:
