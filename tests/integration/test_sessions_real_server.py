@@ -4,9 +4,13 @@ one the server's counters give over the run. Without calibration, so the counter
 before and after the run cover exactly the run's requests.
 
 One parametrisation per server: llama.cpp (`tests/support/llama_server`: 4 slots, SmolLM2),
-whose `cache_n` and `prompt_tokens_details.cached_tokens` both land in `cached_tokens`.
-Another server joins with its start-up (a context manager yielding `.url` and `.metrics()`),
-the flags it needs to report cached tokens per response, and its (cached, prompt) counters.
+whose `cache_n` and `prompt_tokens_details.cached_tokens` both land in `cached_tokens`; the
+real vLLM (`tests/support/vllm_server`: 0.32's CPU build, its default 1 GiB pool, so no
+preemption recomputes a prompt the counters would count twice), which reports cached tokens
+per response with `--enable-prompt-tokens-details` and counts them in
+`vllm:prefix_cache_hits_total` over `vllm:prefix_cache_queries_total`. Another server joins
+with its start-up (a context manager yielding `.url` and `.metrics()`), the flags it needs to
+report cached tokens per response, and its (cached, prompt) counters.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from exporter.parse import parse_exposition
 from harness.results import load
 from tests.integration.test_llamacpp_run import prefix_counters
 from tests.support.llama_server import llama_server
 from tests.support.servers import kvscope_run
+from tests.support.vllm_server import vllm_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +44,15 @@ def _llamacpp_counters(metrics: str) -> tuple[float, float]:
     return cached, cached + computed
 
 
-SERVERS = {"llamacpp": RealServer(llama_server, (), _llamacpp_counters)}
+def _vllm_counters(metrics: str) -> tuple[float, float]:
+    rows = parse_exposition(metrics).samples
+    return tuple(sum(v for _, v in rows[f"vllm:prefix_cache_{name}_total"]) for name in ("hits", "queries"))
+
+
+SERVERS = {
+    "llamacpp": RealServer(llama_server, (), _llamacpp_counters),
+    "vllm": RealServer(vllm_server, ("--enable-prompt-tokens-details",), _vllm_counters),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(SERVERS))
