@@ -27,7 +27,8 @@ import pytest
 from harness.run.commands import kvscope_command
 from tests.integration.vllm_fixture import series, value
 from tests.support.paths import ROOT
-from tests.support.vllm_server import VllmServer, vllm_server
+from tests.support.running_server import RunningServer
+from tests.support.vllm_server import vllm_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 BLOCKS, BLOCK_SIZE = 10, 128
@@ -55,7 +56,7 @@ def vllm(tmp_path_factory):
         yield server
 
 
-def client(server: VllmServer) -> openai.OpenAI:
+def client(server: RunningServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
 
 
@@ -84,7 +85,7 @@ def the_instance(doc: dict) -> dict:
     return inst
 
 
-def idle(server: VllmServer, finished: float) -> str:
+def idle(server: RunningServer, finished: float) -> str:
     """/metrics once vLLM has counted `finished` requests and runs none (its stat loggers
     record a step's outcome after the response may already have left)."""
     deadline = time.monotonic() + IDLE_TIMEOUT_S
@@ -97,7 +98,7 @@ def idle(server: VllmServer, finished: float) -> str:
     raise AssertionError(f"vLLM not idle with {finished} requests finished after {IDLE_TIMEOUT_S}s")
 
 
-def inspect_idle(server: VllmServer, finished: float) -> tuple[dict, str]:
+def inspect_idle(server: RunningServer, finished: float) -> tuple[dict, str]:
     """`inspect URL` between two idle expositions that agree on every vLLM counter, so the
     one inspect read is the same as both."""
     before = idle(server, finished)
@@ -124,7 +125,7 @@ def agrees(inst: dict, text: str) -> None:
     )
 
 
-def burst(server: VllmServer) -> tuple[list, str]:
+def burst(server: RunningServer) -> tuple[list, str]:
     """BURST completions at once; the first exposition that shows them running."""
     api = client(server)
 

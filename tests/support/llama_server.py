@@ -20,10 +20,10 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.prometheus import free_port, stop_process
+from tests.support.running_server import RunningServer
 
 VERSION = os.environ.get("LLAMA_CPP_PYTHON_VERSION", "0.3.36")  # scripts/build_llama_server.sh's
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -50,22 +50,6 @@ def gguf() -> Path:
     return Path(next(iter(folders))) / GGUF
 
 
-@dataclass(frozen=True, slots=True)
-class LlamaServer:
-    url: str
-    model: str  # the id /v1/models states (the -m argument as given, without --alias)
-    pid: int
-    log: Path
-
-    def get_json(self, path: str, timeout_s: float = 10.0) -> object:
-        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as resp:
-            return json.loads(resp.read())
-
-    def metrics(self, timeout_s: float = 10.0) -> str:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=timeout_s) as resp:
-            return resp.read().decode()
-
-
 def _ready(url: str, proc: subprocess.Popen, log: Path) -> str:
     """Wait for /health 200 (503 while loading), then return the model id from /v1/models."""
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -84,7 +68,7 @@ def _ready(url: str, proc: subprocess.Popen, log: Path) -> str:
 
 
 @contextmanager
-def llama_server(tmp: Path, *flags: str) -> Iterator[LlamaServer]:
+def llama_server(tmp: Path, *flags: str) -> Iterator[RunningServer]:
     """llama-server with DEFAULT_FLAGS, then `flags` (later flags win in llama.cpp's parser)."""
     port = free_port()
     log = tmp / f"llama-server-{port}.log"
@@ -103,6 +87,6 @@ def llama_server(tmp: Path, *flags: str) -> Iterator[LlamaServer]:
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        yield LlamaServer(url, _ready(url, proc, log), proc.pid, log)
+        yield RunningServer(url, _ready(url, proc, log), proc.pid, log)
     finally:
         stop_process(proc, 10.0)

@@ -23,11 +23,11 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.paths import ROOT
 from tests.support.prometheus import free_port
+from tests.support.running_server import RunningServer
 
 SERVED_NAME = "smollm2"
 DEFAULT_FLAGS = ("--dtype", "bfloat16", "--max-model-len", "1024", "--served-model-name", SERVED_NAME)
@@ -83,22 +83,6 @@ def command(port: int, *flags: str) -> list[str]:
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class VllmServer:
-    url: str
-    model: str
-    pid: int
-    log: Path
-
-    def get_json(self, path: str, timeout_s: float = 10.0) -> object:
-        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as resp:
-            return json.loads(resp.read())
-
-    def metrics(self, timeout_s: float = 10.0) -> str:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=timeout_s) as resp:
-            return resp.read().decode()
-
-
 def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = READY_TIMEOUT_S) -> None:
     """Wait for /health 200 and a model in /v1/models; fail with the log's tail if it exits."""
     deadline = time.monotonic() + timeout_s
@@ -140,7 +124,7 @@ def stop(proc: subprocess.Popen, timeout_s: float = STOP_TIMEOUT_S) -> None:
 
 
 @contextmanager
-def vllm_server(tmp: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[VllmServer]:
+def vllm_server(tmp: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[RunningServer]:
     """A vLLM server with DEFAULT_FLAGS, then `flags`; `env` adds to `environment()`."""
     port = free_port()
     log = tmp / f"vllm-{port}.log"
@@ -155,6 +139,6 @@ def vllm_server(tmp: Path, *flags: str, env: dict[str, str] | None = None) -> It
     try:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, proc, log)
-        yield VllmServer(url, SERVED_NAME, proc.pid, log)
+        yield RunningServer(url, SERVED_NAME, proc.pid, log)
     finally:
         stop(proc)
