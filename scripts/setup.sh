@@ -36,7 +36,6 @@ took() { echo "[setup] $1: $((SECONDS - t_step)) s"; t_step=$SECONDS; }
 if [ ! -x "$PY" ]; then
   echo "[setup] creating virtual environment in $VENV"
   python3 -m venv "$VENV"
-  "$PIP" install -q --upgrade pip
   took "virtual environment"
 fi
 
