@@ -59,7 +59,8 @@ fi
 native_log="$VENV/.native-build.log"
 native_pid=
 if command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || [ -n "${CXX:-}" ]; then
-  "$PY" -c "from reference_engine.model.native_decode import build; build()" >"$native_log" 2>&1 &
+  "$PY" -c "from reference_engine.model.native_decode import build, library_path as p
+print('present' if p().exists() else 'built', build())" >"$native_log" 2>&1 &
   native_pid=$!
 else
   echo "[setup] no C++ compiler: the engine will decode on its Python path (install g++ for the native stack)"
@@ -90,7 +91,7 @@ fi
 
 if [ -n "$native_pid" ]; then
   if wait "$native_pid"; then
-    took "native decode stack (compiled alongside, waited for)"
+    if grep -q '^built' "$native_log"; then took "native decode stack, compiled alongside the installs (waited after them)"; fi
   else
     echo "[setup] the native decode stack did not build; the engine decodes on its Python path:" >&2
     tail -5 "$native_log" >&2
