@@ -130,6 +130,10 @@ if [ "$test_setup" = 1 ]; then
       echo "[setup] warning: not root; install these Debian packages yourself: ${need_apt[*]}" >&2
     fi
   fi
+  if [ -z "$native_pid" ] && command -v c++ >/dev/null 2>&1; then  # g++ came with the packages above
+    "$PY" -c "from reference_engine.model.native_decode import build; build()"
+    took "native decode stack"
+  fi
   # Debian's prometheus package starts a system service; the tests start their own instances.
   if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi
   PIP="$PIP" bash scripts/build_llama_server.sh >/dev/null
