@@ -1,15 +1,27 @@
-# kvscope: `make test` runs the whole CPU test suite; `make bench` runs the CPU benchmark set
-# (under 15 minutes on 2 cores) and rewrites benchmarks/RESULTS.md; `make llama-server` builds
-# llama.cpp's server into ~/.cache/kvscope (or reuses the build there); setup.sh does it too.
+# kvscope: `make demo` runs the demo (./scripts/demo.sh, which sets up only what it runs);
+# `make test` runs the whole CPU test suite (./scripts/test.sh, which sets up all the suite
+# needs); `make setup` and `make setup-test` run only those two set-ups (scripts/setup.sh);
+# `make bench` runs the CPU benchmark set (under 15 minutes on 2 cores; after `make setup-test`,
+# for llama.cpp's llama-server it compares against) and rewrites benchmarks/RESULTS.md;
+# `make llama-server` builds llama.cpp's server into ~/.cache/kvscope (or reuses the build there).
 PYTHON ?= .venv/bin/python
 
-.PHONY: bench bench-peers bench-vllm llama-server test
+.PHONY: bench bench-peers bench-vllm demo llama-server setup setup-test test
 
 bench:
 	$(PYTHON) -m benchmarks.run_all
 
+demo:
+	./scripts/demo.sh
+
 llama-server:
 	PIP=.venv/bin/pip ./scripts/build_llama_server.sh
+
+setup:
+	./scripts/setup.sh
+
+setup-test:
+	./scripts/setup.sh --test
 
 # Not in `bench`: installs AIPerf and GuideLLM in venvs of their own (.venv-peers/, a few GB)
 # and runs every client at 64 and 256 streams; its table joins benchmarks/RESULTS.md.

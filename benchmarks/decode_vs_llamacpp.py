@@ -2,14 +2,15 @@
 one invocation, on the same GGUF file (Q4_1; kvscope dequantises it, llama.cpp computes on it).
 
 Usage: python -m benchmarks.decode_vs_llamacpp [--streams 1,4,16,32] [--tokens 32] [--rounds 3]
-                                               [--formats float32,fp16[,bfloat16]]
+                                               [--formats default,float32[,bfloat16]]
 
 For each number of concurrent streams N, measured in turn (rounds alternate, each side's best
 round kept):
 - llama.cpp: `llama-server -t 1 -tb 1 -np N` (explicit slots: see docs/reference/llamacpp-server.md),
   N streaming requests through HTTP;
 - kvscope HTTP: `kvscope engine serve --num-threads 1` (engine core in its own process), one
-  server per weight format, the same N requests;
+  server per weight format, the same N requests; `default` is the server given no `--dtype` or
+  `--quantization` (what users get: fp16 weights on an AVX2 CPU), and the targets are its;
 - kvscope in-process: the same engine driven by `LLMEngine.step` in this process, with the
   native decode stack (the default) and with `--enforce-eager` (every layer in Python).
 Decode tokens/s is aggregate: over HTTP from the client's own token arrival times while all N
@@ -34,21 +35,35 @@ from benchmarks import bandwidth
 from benchmarks.stream_client import Child, decode_rate, run_streams
 from harness.run.procs import free_port, wait_http
 from reference_engine.cache_root import kvscope_cache
-from reference_engine.model_dtype import cpu_has_native_bf16
+from reference_engine.model_dtype import cpu_has_native_bf16, resolve_model_dtype, resolve_quantization
 
 PROMPT_TOKENS = 12
 WEIGHT_ONLY = ("int8", "fp16")  # `--quantization` formats over a float32 model
 COMPUTE_DTYPES = ("float32", "bfloat16")  # plain model dtypes (`--dtype`)
+DEFAULT = "default"  # no format flag: what `kvscope engine serve` picks on this machine
 
 
 def model_dtype(fmt: str) -> str:
+    if fmt == DEFAULT:
+        return resolve_model_dtype("auto")
     return fmt if fmt in COMPUTE_DTYPES else "float32"
 
 
+def quantization(fmt: str) -> str | None:
+    if fmt == DEFAULT:
+        return resolve_quantization("auto")
+    return fmt if fmt in WEIGHT_ONLY else None
+
+
+def label(fmt: str) -> str:
+    """`default` with what it resolves to here, e.g. `default (fp16)`."""
+    return f"{fmt} ({quantization(fmt) or model_dtype(fmt)})" if fmt == DEFAULT else fmt
+
+
 def default_formats() -> str:
-    """float32 and fp16, and bfloat16 where the CPU computes it natively (what `--dtype auto`
-    picks there; elsewhere it is several times slower than float32 in batches)."""
-    return "float32,fp16,bfloat16" if cpu_has_native_bf16() else "float32,fp16"
+    """The default and float32, and bfloat16 where the CPU computes it natively (the faster
+    format at 16 streams or more there; elsewhere it is several times slower than float32)."""
+    return "default,float32,bfloat16" if cpu_has_native_bf16() else "default,float32"
 
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -98,7 +113,9 @@ class LlamaServer:
 
 
 def kvscope_server(fmt: str, max_streams: int, tokens: int) -> Child:
-    quant = ["--quantization", fmt] if fmt in WEIGHT_ONLY else []
+    weights = (
+        [] if fmt == DEFAULT else ["--dtype", model_dtype(fmt), "--quantization", quantization(fmt) or "none"]
+    )
     blocks = 1 + max_streams * -(-(PROMPT_TOKENS + tokens + 16) // 16)
     argv = [
         sys.executable,
@@ -110,8 +127,7 @@ def kvscope_server(fmt: str, max_streams: int, tokens: int) -> Child:
         "smollm2-135m",
     ]
     argv += ["--num-threads", "1", "--max-num-seqs", str(max_streams), "--num-blocks", str(blocks)]
-    argv += ["--dtype", model_dtype(fmt), *quant]
-    return Child(argv, env=ENV)
+    return Child(argv + weights, env=ENV)
 
 
 def prompts(tokenizer, n: int) -> list[list[int]]:
@@ -187,10 +203,7 @@ def measure(streams: list[int], tokens: int, rounds: int, formats: list[str]) ->
     from reference_engine.model.registry import load_model
 
     gguf = smollm2_gguf_path()
-    loaded = {
-        f: load_model("smollm2-135m", model_dtype(f), quantization=f if f in WEIGHT_ONLY else None)
-        for f in formats
-    }
+    loaded = {f: load_model("smollm2-135m", model_dtype(f), quantization=quantization(f)) for f in formats}
     tokenizer = loaded[formats[0]].tokenizer
     binary = llama_server_binary()
     missing = None if binary.exists() else f"{binary} not found (build it with scripts/build_llama_server.sh)"
@@ -238,7 +251,7 @@ def markdown(
     bw = bandwidth.copy_bandwidth()
     head = ["streams", "llama.cpp (-np N)"]
     for f in formats:
-        head += [f"kvscope {f} HTTP", f"kvscope {f} in-process", "HTTP / in-process"]
+        head += [f"kvscope {label(f)} HTTP", f"kvscope {label(f)} in-process", "HTTP / in-process"]
     lines = [
         f"SmolLM2-135M-Instruct Q4_1 GGUF, one compute thread each (`-t 1 -tb 1`; `--num-threads 1`), "
         f"{PROMPT_TOKENS}-token prompts, {tokens} tokens per stream, greedy. Decode tokens/s, aggregate "
@@ -285,10 +298,14 @@ def targets(rate: dict, formats: list[str]) -> list[str]:
     ):
         llama = rate.get(("llama.cpp", n))
         ours = {f: rate.get((f"{f} HTTP", n)) for f in formats}
-        f, value = max(((f, v) for f, v in ours.items() if v), key=lambda fv: fv[1], default=(None, None))
+        if DEFAULT in formats:  # what users get
+            f, value, which = DEFAULT, ours[DEFAULT], f"kvscope over HTTP, {label(DEFAULT)}"
+        else:
+            f, value = max(((f, v) for f, v in ours.items() if v), key=lambda fv: fv[1], default=(None, None))
+            which = f"best kvscope format over HTTP: {f}"
         if llama and value:
             lines.append(
-                f"| {what} (best kvscope format over HTTP: {f}) | {value:.1f} vs {llama:.1f} tok/s = "
+                f"| {what} ({which}) | {value:.1f} vs {llama:.1f} tok/s = "
                 f"{value / llama:.2f}x | {_met(value >= factor * llama)} |"
             )
     return lines
@@ -301,7 +318,7 @@ def native_gain(rate: dict, streams: list[int], formats: list[str]) -> list[str]
         "In-process decode tokens/s with the native decode stack (the default) against "
         "`--enforce-eager` (the same torch ops called from Python), and the ratio:",
         "",
-        "| streams | " + " | ".join(f"{f} native | {f} eager | ratio" for f in formats) + " |",
+        "| streams | " + " | ".join(f"{label(f)} native | {label(f)} eager | ratio" for f in formats) + " |",
         "|---|" + "---|---|---|" * len(formats),
     ]
     for n in streams:
@@ -356,7 +373,8 @@ def main() -> None:
     ap.add_argument(
         "--formats",
         default=default_formats(),
-        help="kvscope weight formats: float32, bfloat16, int8, fp16 (default on this CPU: %(default)s)",
+        help="kvscope weight formats: default (no format flag), float32, bfloat16, int8, fp16 "
+        "(default on this CPU: %(default)s)",
     )
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"

@@ -1,7 +1,6 @@
 """How late the server writes what the engine core produced, at 256 simulated streams.
 
-Usage: python -m benchmarks.sim_write_delay [--streams 256] [--tokens 64] [--repeats 5] [--no-isolate]
-       [--no-pin]
+Usage: python -m benchmarks.sim_write_delay [--streams 256] [--tokens 64] [--repeats 5] [--no-pin]
 
 One `kvscope engine serve --simulate` (Llama-3.1-70B on 4 x H100: ~15-20 ms steps, so the
 server has a real step period to keep up with), `--streams` concurrent streams. The server
@@ -11,23 +10,21 @@ and after the run). Beside it, what the client sees: its TTFT minus the server's
 (network, the client's event loop and everything between), and its inter-token gaps next to
 the server's inter-token latency. Target (issue 20): server-side delay p99 <= 5 ms.
 
-Placement: the API server gets a CPU of its own and the load generator (this process) and the
-engine core share the others, as a deployment keeps the load generator off the server's host
-and the engine core (here a simulator that mostly sleeps) on its own cores; the client runs at
-nice 10, so that its parsing does not hold the core's output back either. Unpinned on two
-CPUs, the scheduler now and then runs the client's chunk parsing or the core's scheduling on
-the server's CPU in the middle of its pass over a step, and a whole step's writes wait one
-time slice (~4 ms): that measures the co-location, not the server. With one CPU, or with
-`--no-pin`, nothing is pinned.
+Placement, of the benchmark's own processes only: the API server gets a CPU of its own and the
+load generator (this process) and the engine core share the others, as a deployment keeps the
+load generator off the server's host and the engine core (here a simulator that mostly sleeps)
+on its own cores; the client runs at nice 10, so that its parsing does not hold the core's
+output back either. Unpinned on two CPUs, the scheduler now and then runs the client's chunk
+parsing or the core's scheduling on the server's CPU in the middle of its pass over a step,
+and a whole step's writes wait one time slice (~4 ms): that measures the co-location, not the
+server. With one CPU, or with `--no-pin`, nothing is pinned.
 
-Isolation (when pinned): while it runs, every other thread on the machine that may run on the
-server's CPU is moved off it (what `isolcpus` or `tuna --isolate` do; restored at the end;
-threads bound to that CPU alone, such as its softirq thread, stay). On the VM this was written
-on, a system agent at nice -10 and the kernel's memory monitor take a CPU for 2-6 ms now and then; landing
-on the server's CPU as a step arrives, one of them holds back all 256 of that step's writes,
-more than 1% of a run's, so it alone decides the run's p99. Moved to the core's CPU they can
-still delay a step on its way out of the core (counted too), but that window is ~0.1 ms per
-step instead of the server's ~3 ms pass. `--no-isolate` leaves them where they are.
+No other process on the machine is moved, reniced or signalled: the figure is measured on a
+shared machine, where any other program (a system agent, the kernel's memory monitor, another
+user's job) may take the server's CPU for a few milliseconds as a step arrives and hold back
+that step's writes. Where that decides the p99, the output says by how much the target was
+missed; what would meet it is spreading the streams over more API server processes (as vLLM's
+`--api-server-count`), so one descheduled process delays a share of a step's writes, not all.
 """
 
 from __future__ import annotations
@@ -38,7 +35,6 @@ import signal
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import psutil
@@ -47,6 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.stream_client import Child, pct, run_streams
 
 DELAY = "kvscope:stream_write_delay_seconds"
+TARGET_S = 0.005
 ITL = "vllm:inter_token_latency_seconds"
 
 
@@ -110,8 +107,9 @@ def measure(url: str, bodies: list[dict]) -> Repeat:
 
 def place(start_server, pin: bool) -> tuple[Child, int | None, str]:
     """Start the server on a CPU of its own (its threads and the core process inherit it), then
-    move the core process and this process to the other CPUs. (child, the server's CPU or None
-    when nothing was pinned, what was done in words)."""
+    move the core process and this process to the other CPUs. Only these three, which this
+    benchmark started (the core is the server's child), are placed. (child, the server's CPU or
+    None when nothing was pinned, what was done in words)."""
     cpus = sorted(os.sched_getaffinity(0))
     if not pin:
         return start_server(), None, "nothing pinned (--no-pin)"
@@ -134,45 +132,6 @@ def place(start_server, pin: bool) -> tuple[Child, int | None, str]:
     return child, cpus[0], f"API server on CPU {cpus[0]}; engine core and client (nice 10) on CPU {shared}"
 
 
-def machine_threads() -> Iterator[int]:
-    """The id of every thread on the machine that can be listed."""
-    for proc in psutil.process_iter():
-        try:
-            threads = proc.threads()
-        except psutil.Error:
-            continue
-        yield from (thread.id for thread in threads)
-
-
-def isolate(cpu: int, threads: Iterable[int]) -> tuple[Callable[[], None], str]:
-    """Move each of `threads` that may run on `cpu` and elsewhere to its other CPUs; one bound
-    to `cpu` alone (the server's, pinned there) stays. (undo, what was done in words)."""
-    moved: dict[int, set[int]] = {}
-    refused = 0
-    for tid in threads:
-        try:
-            allowed = os.sched_getaffinity(tid)
-            if cpu in allowed and len(allowed) > 1:
-                os.sched_setaffinity(tid, allowed - {cpu})
-                moved[tid] = allowed
-        except PermissionError:
-            refused += 1
-        except OSError:
-            pass  # the thread ended, or the kernel keeps it where it is (EINVAL)
-
-    def undo() -> None:
-        for tid, allowed in moved.items():
-            try:
-                os.sched_setaffinity(tid, allowed)
-            except OSError:
-                pass  # ended meanwhile
-
-    done = f"{len(moved)} other threads moved off CPU {cpu} while it ran"
-    if refused:
-        done += f" ({refused} refused: not root)"
-    return undo, done
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", type=int, default=256)
@@ -190,13 +149,8 @@ def main() -> None:
         action="store_true",
         help="let the scheduler place the server, the core and the client (see Placement above)",
     )
-    ap.add_argument(
-        "--no-isolate",
-        action="store_true",
-        help="leave the machine's other threads free to run on the server's CPU (see Isolation above)",
-    )
     args = ap.parse_args()
-    # A SIGTERM (run_all's timeout) unwinds like Ctrl-C, so the isolation is undone.
+    # A SIGTERM (run_all's timeout) unwinds like Ctrl-C, so the server it started is stopped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     model = "llama-3.1-70b"
     argv = [sys.executable, "-m", "reference_engine.server.serve_cli", "--port", "0", "--simulate"]
@@ -214,22 +168,17 @@ def main() -> None:
         }
         for i in range(args.streams)
     ]
-    undo = None
-    if server_cpu is not None and not args.no_isolate:
-        undo, isolation = isolate(server_cpu, machine_threads())
-        placement += f"; {isolation}"
     try:
         run_streams(child.url, bodies[:4])  # warm-up
         first, _, _ = histogram(child.url, DELAY)
         repeats = [measure(child.url, bodies) for _ in range(args.repeats)]
         last, _, _ = histogram(child.url, DELAY)
     finally:
-        if undo is not None:
-            undo()
         child.stop()
     print(
         f"{args.streams} streams x {args.tokens} tokens against one simulated server ({model} on 4 x "
-        f"h100-80gb), engine core in its own process; {placement}; {args.repeats} runs of "
+        f"h100-80gb), engine core in its own process; {placement}; no other process on the machine "
+        f"was moved or reniced (a shared machine); {args.repeats} runs of "
         f"{repeats[0].tokens:,} tokens ({repeats[0].wall:.1f} s each). Server: token produced in the "
         "core -> its SSE chunk written (histogram bucket upper bounds). Client: its TTFT - the "
         "server's `ttft_s`, and its inter-token gaps next to the server's own mean inter-token "
@@ -249,13 +198,28 @@ def main() -> None:
         )
     overall = bucket_quantile(first, last, 0.99)
     print(f"\nAll {args.repeats} runs' writes together: p99 <= {overall * 1e3:g} ms.")
-    met = sum(r.p99 <= 0.005 for r in repeats)
+    met = sum(r.p99 <= TARGET_S for r in repeats)
     median = sorted(r.p99 for r in repeats)[len(repeats) // 2]
-    verdict = "met" if median <= 0.005 else "**MISSED**"
-    print(
-        f"\nTarget: server-side write delay p99 <= 5 ms: {verdict} (median of the runs' p99 <= "
-        f"{median * 1e3:g} ms; met in {met} of {len(repeats)} runs)."
+    print(f"\n{verdict(median, met, len(repeats), server_cpu is not None)}")
+
+
+def verdict(median_p99: float, met: int, runs: int, pinned: bool) -> str:
+    """The target line: met, or missed by how much and what would meet it."""
+    line = (
+        f"Target: server-side write delay p99 <= {TARGET_S * 1e3:g} ms: "
+        f"{'met' if median_p99 <= TARGET_S else '**MISSED**'} (median of the runs' p99 <= "
+        f"{median_p99 * 1e3:g} ms; met in {met} of {runs} runs)."
     )
+    if median_p99 > TARGET_S:
+        line += (
+            f" Missed by up to {(median_p99 - TARGET_S) * 1e3:g} ms (histogram bucket bounds), measured on a "
+            "shared machine whose other programs were left where they were. What would meet it: the "
+            "streams spread over more API server processes (as vLLM's --api-server-count), so that one "
+            "descheduled process holds back a share of a step's writes, not all of them"
+        )
+        unpinned = "; first, the client and the core off the server's CPU (the default placement)."
+        line += "." if pinned else unpinned
+    return line
 
 
 if __name__ == "__main__":

@@ -23,18 +23,21 @@ AllocatorMode = Literal["paged", "contiguous", "contiguous-oracle"]
 KVCacheDType = Literal["auto", "float32", "float16", "bfloat16", "fp8", "int8"]
 AttentionBackendName = Literal["auto", "torch", "triton"]
 ModelDType = Literal["float32", "float16", "bfloat16"]
-# auto: bfloat16 where it is computed natively, float32 elsewhere (reference_engine.model_dtype).
+# auto: float32 under fp16 weights; else bfloat16 where it is computed natively, float32
+# elsewhere (reference_engine.model_dtype).
 ModelDTypeSetting = Literal["auto", "float32", "float16", "bfloat16"]
 # Weight-only formats; activations keep the model's float dtype. int8: one scale per output
-# channel. fp16: float16 weights on fbgemm's fp16 GEMM (CPU only).
-Quantization = Literal["int8", "fp16"]
+# channel. fp16: float16 weights on fbgemm's fp16 GEMM (CPU only). auto: fp16 on a CPU with
+# fbgemm's fp16 GEMM when --dtype is auto, else none (reference_engine.model_dtype). None, as
+# runs recorded it before `auto` existed, means none.
+QuantizationSetting = Literal["auto", "none", "int8", "fp16"]
 
 ALLOCATORS: tuple[AllocatorMode, ...] = get_args(AllocatorMode)
 KV_CACHE_DTYPES: tuple[KVCacheDType, ...] = get_args(KVCacheDType)
 ATTENTION_BACKENDS: tuple[AttentionBackendName, ...] = get_args(AttentionBackendName)
 MODEL_DTYPES: tuple[ModelDType, ...] = get_args(ModelDType)
 MODEL_DTYPE_SETTINGS: tuple[ModelDTypeSetting, ...] = get_args(ModelDTypeSetting)
-QUANTIZATIONS: tuple[Quantization, ...] = get_args(Quantization)
+QUANTIZATION_SETTINGS: tuple[QuantizationSetting, ...] = get_args(QuantizationSetting)
 
 DEFAULT_NUM_BLOCKS = 1024
 
@@ -92,15 +95,17 @@ class EngineConfig:
     )
     dtype: ModelDTypeSetting = arg_field(
         "auto",
-        "weight and activation dtype; auto: bfloat16 on CUDA and on CPUs with native bf16 matmul "
-        "(AVX512_BF16/AMX), float32 elsewhere; float32 is the exact path (default: %(default)s)",
+        "weight and activation dtype; auto: float32 under fp16 weights (--quantization auto on an "
+        "AVX2 CPU), else bfloat16 on CUDA and on CPUs with native bf16 matmul (AVX512_BF16/AMX) "
+        "and float32 elsewhere; an explicit float32 is the exact path (default: %(default)s)",
     )
-    quantization: Quantization | None = arg_field(
-        None,
-        "weight-only format. int8: one scale per output channel (torch's int8 weight-pack matmul, "
-        "bfloat16 activations at each projection), a quarter of float32's weight bytes; fp16: "
-        "float16 projections and logits head on fbgemm's fp16 GEMM with float32 activations, half "
-        "the bytes, the fast choice on AVX2 CPUs without native bf16 (CPU only) (default: none)",
+    quantization: QuantizationSetting | None = arg_field(
+        "auto",
+        "weight-only format. fp16: float16 projections and logits head on fbgemm's fp16 GEMM with "
+        "float32 activations, half of float32's weight bytes, the fastest at batch 1 on a CPU "
+        "(CPU only); int8: one scale per output channel (torch's int8 weight-pack matmul, bfloat16 "
+        "activations at each projection), a quarter of the bytes; none: the weights in --dtype; "
+        "auto: fp16 on a CPU with AVX2 and F16C when --dtype is auto, else none (default: %(default)s)",
     )
     device: str = arg_field("cpu", "torch device (default: %(default)s)")
     enforce_eager: bool = arg_field(
@@ -149,9 +154,9 @@ class EngineConfig:
             raise ConfigError(f"num_threads must be at least 1, got {self.num_threads}")
         if self.dtype not in MODEL_DTYPE_SETTINGS:
             raise ConfigError(f"dtype must be one of {', '.join(MODEL_DTYPE_SETTINGS)}, got {self.dtype!r}")
-        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+        if self.quantization is not None and self.quantization not in QUANTIZATION_SETTINGS:
             raise ConfigError(
-                f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}"
+                f"quantization must be one of {', '.join(QUANTIZATION_SETTINGS)}, got {self.quantization!r}"
             )
         if self.quantization == "fp16" and not self.device.startswith("cpu"):
             raise ConfigError(f"quantization fp16 runs on the CPU (fbgemm), not on {self.device}")

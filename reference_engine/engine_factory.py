@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.engine import LLMEngine, engine_from_config
 from reference_engine.model.registry import LoadedModel, load_model
-from reference_engine.model_dtype import resolve_model_dtype
+from reference_engine.model_dtype import resolve_model_dtype, resolve_quantization
 
 
 @dataclass(slots=True)
@@ -52,8 +52,11 @@ def build_engine(
 ) -> BuiltEngine:
     """Raises ConfigError or ModelLoadError, before any request can be accepted.
 
-    `loaded` (a model loaded already) sets the dtype; `config.dtype` must then be `auto` or
-    the same. `detokenize=False` builds an engine core's engine (see `LLMEngine`)."""
+    `loaded` (a model loaded already) sets the weights; `config.dtype` must then be `auto` or
+    the same, and an explicit `config.quantization` must find it quantized. Without it the
+    weights are `config.dtype` and `config.quantization` as this machine resolves them
+    (`reference_engine.model_dtype`). `detokenize=False` builds an engine core's engine (see
+    `LLMEngine`)."""
     import torch
 
     from reference_engine.attention.backend import get_attention_backend, validate_attention_config
@@ -64,11 +67,12 @@ def build_engine(
     config.validate()
     torch.set_num_threads(config.num_threads or max(1, (os.cpu_count() or 2) // 2))
     if loaded is None:
-        dtype = resolve_model_dtype(config.dtype, config.device)
-        loaded = load_model(config.model, dtype, config.device, config.seed, config.quantization)
+        dtype = resolve_model_dtype(config.dtype, config.device, quantization=config.quantization)
+        quantization = resolve_quantization(config.quantization, config.dtype, config.device)
+        loaded = load_model(config.model, dtype, config.device, config.seed, quantization)
     elif config.dtype not in ("auto", loaded.dtype_name):
         raise ConfigError(f"dtype {config.dtype} was asked for, but the model given is {loaded.dtype_name}")
-    elif config.quantization is not None and not loaded.weights:
+    elif config.quantization in ("int8", "fp16") and not loaded.weights:
         raise ConfigError(
             f"quantization {config.quantization} was asked for, but the model given is not quantized"
         )

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The main job: load-test the bundled engine (SmolLM2-135M on CPU) with a shared-prefix chat
-# workload and a KV budget small enough to force preemption, while the exporter watches the
-# KV cache; then write the results bundle, the advice and the report, and print the path.
-# Sets itself up first (see scripts/setup.sh). Extra arguments go to `kvscope run`, e.g.
+# The main job: load-test the bundled engine (SmolLM2-135M on CPU, in its default weight
+# format) with a shared-prefix chat workload and a KV budget small enough to force preemption,
+# while the exporter watches the KV cache; then write the results bundle, the advice and the
+# report, and print the path. Sets up only what it runs first (scripts/setup.sh, without
+# --test: no llama.cpp, vLLM or system packages). Extra arguments go to `kvscope run`, e.g.
 # ./scripts/demo.sh --num-blocks 256 (no preemption) or --duration 30s.
 set -euo pipefail
 cd "$(dirname "$0")/.."

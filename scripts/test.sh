@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite, on CPU. Sets itself up first (see scripts/setup.sh).
+# The whole test suite, on CPU. Sets itself up first: scripts/setup.sh --test (the demo's
+# set-up, kvscope's dev extras, the system tools the tests use, llama.cpp's llama-server and
+# the real vLLM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --test
 export TRITON_INTERPRET=1
 # Servers, clients and the test process share the cores; one torch thread each avoids
 # OpenMP threads spinning against one another (see EngineConfig.num_threads).

@@ -87,10 +87,13 @@ class Deployment:
     def kv_dtype(self) -> str:
         """The cache's element type in catalogue spelling. The real bundled engine's `auto` is
         its compute dtype as this machine resolves it (on a CPU float32, or bfloat16 where the
-        CPU computes it natively); a simulated or foreign `auto` is 16-bit, as in vLLM."""
+        CPU computes it natively and the weights are not fp16); a simulated or foreign `auto`
+        is 16-bit, as in vLLM."""
         name = self.engine.kv_cache_dtype
         if name == "auto" and self.bundled and not self.simulated:
-            return resolve_model_dtype(self.engine.dtype, self.engine.device)
+            return resolve_model_dtype(
+                self.engine.dtype, self.engine.device, quantization=self.engine.quantization
+            )
         return name
 
     @property

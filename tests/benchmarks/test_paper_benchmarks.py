@@ -99,7 +99,7 @@ def test_run_all_reports_missing_failing_and_slow_benchmarks(tmp_path):
     failing = run_all.run_bench(
         run_all.Bench("f", "f", (py, "-c", "import sys; print('| a |'); sys.exit(3)"), 5, here), 5
     )
-    # A timed-out benchmark gets SIGTERM first: it can undo what it changed on the machine.
+    # A timed-out benchmark gets SIGTERM first: it can stop the servers it started.
     undoes = "import signal, sys, time; signal.signal(15, lambda *a: print('undone') or sys.exit(1))"
     slow = run_all.run_bench(
         run_all.Bench("s", "s", (py, "-c", undoes + "; print('x', flush=True); time.sleep(30)"), 1, here), 1

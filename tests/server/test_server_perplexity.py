@@ -12,7 +12,10 @@ token. Tolerances, from what the formats round away (measured values are printed
 - fp16 (float16 weights, float32 activations and sums, logits head included): perplexity
   within 0.5%, mean |difference| under 0.01 nats (measured: about 0.001).
 Either bound is far below what a real fault does (a wrong scale or layout moves perplexity by
-multiples, see test_model_llama's rotary-layout test)."""
+multiples, see test_model_llama's rotary-layout test).
+
+The default format (no `--dtype` or `--quantization`: what users get, fp16 weights on an AVX2
+CPU) is scored the same way, under the bounds of the format it resolves to here."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import pytest
 from reference_engine.config import EngineConfig
 from reference_engine.core.launch import CoreLaunch
 from reference_engine.model.tokenizer_source import load_tokenizer
+from reference_engine.model_dtype import resolve_model_dtype, resolve_quantization
 from reference_engine.server.background import BackgroundServer, serve_in_background
 
 pytestmark = pytest.mark.slow
@@ -36,13 +40,13 @@ PARAGRAPH = (
 )
 # (dtype, quantization) -> (perplexity ratio bound, mean |logprob difference| bound, nats)
 CHEAPER = {
-    ("bfloat16", None): (0.02, 0.06),
+    ("bfloat16", "none"): (0.02, 0.06),
     ("float32", "int8"): (0.02, 0.1),
     ("float32", "fp16"): (0.005, 0.01),
 }
 
 
-def start(dtype: str, quantization: str | None = None) -> BackgroundServer:
+def start(dtype: str = "auto", quantization: str = "auto") -> BackgroundServer:
     # Prefix caching off: the second scoring of the same paragraph must be computed again.
     config = EngineConfig(
         model="smollm2-135m",
@@ -74,7 +78,7 @@ def perplexity(logprobs: list[float]) -> float:
 
 @pytest.fixture(scope="module")
 def server():
-    with start("float32") as srv:
+    with start("float32", "none") as srv:
         yield srv
 
 
@@ -116,14 +120,12 @@ def test_chat_answers_in_english(server):
     assert "Paris" in reply.choices[0].message.content
 
 
-@pytest.mark.parametrize("dtype,quantization", list(CHEAPER))
-def test_cheaper_weights_score_like_float32(server, paragraph_ids, dtype, quantization):
-    reference = score(server, paragraph_ids)
+def compare(reference: list[float], dtype: str, quantization: str, paragraph_ids: list[int]):
+    """(the server's weights, perplexity ratio to float32, mean |logprob difference|, diffs)."""
     with start(dtype, quantization) as cheaper:
         scored = score(cheaper, paragraph_ids)
         weights = cheaper.state.ready.weights
     assert len(scored) == len(reference)
-    ratio_bound, mean_bound = CHEAPER[(dtype, quantization)]
     ratio = perplexity(scored) / perplexity(reference)
     diffs = [abs(a - b) for a, b in zip(scored, reference)]
     mean_diff = sum(diffs) / len(diffs)
@@ -131,6 +133,26 @@ def test_cheaper_weights_score_like_float32(server, paragraph_ids, dtype, quanti
         f"{weights}: perplexity {perplexity(scored):.3f} vs float32 {perplexity(reference):.3f} "
         f"(ratio {ratio:.4f}); |logprob difference| mean {mean_diff:.4f}, max {max(diffs):.4f} nats"
     )
+    return weights, ratio, mean_diff, diffs
+
+
+@pytest.mark.parametrize("dtype,quantization", list(CHEAPER))
+def test_cheaper_weights_score_like_float32(server, paragraph_ids, dtype, quantization):
+    _, ratio, mean_diff, diffs = compare(score(server, paragraph_ids), dtype, quantization, paragraph_ids)
+    ratio_bound, mean_bound = CHEAPER[(dtype, quantization)]
     assert abs(ratio - 1) <= ratio_bound
     assert mean_diff <= mean_bound
     assert diffs != [0.0] * len(diffs)  # the cheaper path really ran
+
+
+def test_the_default_format_scores_within_its_formats_bounds(server, paragraph_ids):
+    quantization = resolve_quantization("auto") or "none"
+    resolved = (resolve_model_dtype("auto"), quantization)
+    weights, ratio, mean_diff, diffs = compare(score(server, paragraph_ids), "auto", "auto", paragraph_ids)
+    if quantization == "fp16":
+        assert weights.startswith("float16 projections")
+    if resolved == ("float32", "none"):
+        assert diffs == [0.0] * len(diffs)  # the default is the exact path here
+    else:
+        ratio_bound, mean_bound = CHEAPER[resolved]
+        assert abs(ratio - 1) <= ratio_bound and mean_diff <= mean_bound

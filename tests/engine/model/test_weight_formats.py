@@ -1,5 +1,5 @@
-"""Weight formats: what `--dtype auto` picks from the CPU's flags, and the weight-only int8
-projection against the float matmul it replaces."""
+"""Weight formats: what `--dtype auto` and `--quantization auto` pick from the CPU's flags, and
+the weight-only int8 and fp16 projections against the float matmul they replace."""
 
 from __future__ import annotations
 
@@ -11,16 +11,49 @@ from reference_engine.engine_factory import build_engine
 from reference_engine.model.fp16_linear import Fp16Linear
 from reference_engine.model.int8_linear import Int8Linear, quantize_per_channel
 from reference_engine.model.registry import load_model
-from reference_engine.model_dtype import cpu_flags, resolve_model_dtype
+from reference_engine.model_dtype import (
+    cpu_flags,
+    cpu_has_fp16_gemm,
+    resolve_model_dtype,
+    resolve_quantization,
+)
 
 
-def test_auto_is_bfloat16_only_with_native_bf16_matmul():
+def test_auto_is_fp16_weights_on_float32_on_a_cpu_with_fbgemms_fp16_gemm():
     avx2 = frozenset({"avx2", "fma", "f16c"})
-    assert resolve_model_dtype("auto", "cpu", avx2) == "float32"
-    assert resolve_model_dtype("auto", "cpu", avx2 | {"avx512_bf16"}) == "bfloat16"
-    assert resolve_model_dtype("auto", "cpu", avx2 | {"amx_bf16"}) == "bfloat16"
+    for flags in (avx2, avx2 | {"avx512_bf16", "amx_bf16"}):  # also where bf16 is native
+        assert resolve_quantization("auto", "auto", "cpu", flags) == "fp16"
+        assert resolve_model_dtype("auto", "cpu", flags) == "float32"
+    # An explicit dtype is taken as asked: float32 is the exact path, one flag away.
+    assert resolve_quantization("auto", "float32", "cpu", avx2) is None
+    assert resolve_quantization("auto", "bfloat16", "cpu", avx2) is None
+    # No AVX2 + F16C (fbgemm's fp16 GEMM does not run), or CUDA: no weight-only format.
+    assert resolve_quantization("auto", "auto", "cpu", frozenset({"sse4_2"})) is None
+    assert resolve_quantization("auto", "auto", "cuda:0", avx2) is None
+    # Explicit formats pass through; none and None (what earlier runs recorded) are none.
+    assert resolve_quantization("int8", "auto", "cpu", frozenset()) == "int8"
+    assert resolve_quantization("none", "auto", "cpu", avx2) is None
+    assert resolve_quantization(None, "auto", "cpu", avx2) is None
+
+
+def test_auto_dtype_without_fp16_weights_is_bfloat16_only_with_native_bf16_matmul():
+    avx2 = frozenset({"avx2", "fma", "f16c"})
+    assert resolve_model_dtype("auto", "cpu", avx2, quantization="none") == "float32"
+    assert resolve_model_dtype("auto", "cpu", avx2 | {"avx512_bf16"}, quantization="none") == "bfloat16"
+    assert resolve_model_dtype("auto", "cpu", avx2 | {"amx_bf16"}, quantization="int8") == "bfloat16"
+    assert resolve_model_dtype("auto", "cpu", frozenset({"amx_bf16"})) == "bfloat16"  # no fp16 GEMM
     assert resolve_model_dtype("auto", "cuda:0", avx2) == "bfloat16"
     assert resolve_model_dtype("float16", "cpu", avx2 | {"amx_bf16"}) == "float16"  # explicit wins
+
+
+def test_the_default_engine_holds_fp16_weights_where_the_cpu_runs_fbgemms_fp16_gemm():
+    built = build_engine(EngineConfig(model="tiny-random", num_blocks=16))
+    if cpu_has_fp16_gemm():
+        assert built.weights.startswith("float16 projections") and built.loaded.dtype_name == "float32"
+    else:
+        assert built.weights == resolve_model_dtype("auto", "cpu")
+    exact = build_engine(EngineConfig(model="tiny-random", num_blocks=16, dtype="float32"))
+    assert exact.weights == "float32"
 
 
 def test_cpu_flags_reads_the_first_processor(tmp_path):

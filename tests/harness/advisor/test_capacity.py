@@ -80,7 +80,7 @@ def test_cpu_engine_quantization_scales_by_element_size():
 
 
 def test_cpu_engine_auto_dtype_is_what_this_machine_resolves():
-    expected = resolve_model_dtype("auto", "cpu")  # bfloat16 on a CPU with native bf16 matmul
+    expected = resolve_model_dtype("auto", "cpu")  # float32 under the default fp16 weights
     assert cpu_engine().kv_dtype == expected
     assert cpu_engine(kv_cache_dtype="int8").kv_dtype == "int8"  # an explicit cache dtype wins
 
