@@ -5,9 +5,11 @@ The trace is every completed request: arrival = its send time from the first sen
 prompt and output tokens from the server's usage, and its shared-prefix group from the
 prompt fingerprints (`prefixes`; the server's cached-token counts set a floor under each
 group's shared length, see `WorkloadEvidence.prefix_groups`), so a shared system prompt
-hits the cache in the replay as it did in the run. Closed-loop runs are replayed open-loop
-at their recorded send times (a faster server would have received requests sooner; the
-comparison between two replays stays fair because both see the same arrivals).
+hits the cache in the replay as it did in the run. A closed-loop run is replayed closed-loop
+(`chains`): each user's first request at its send time, each later one its recorded gap after
+the user's previous request finished in the replay, so a replayed server slower or faster
+than the run sees the load its users would have sent it. An open-loop run (a rate, a trace)
+is replayed at its recorded send times.
 
 Time axis. When the bundle has the server's per-request timings, the step time is fitted to
 them (`step_fit`: overhead, per decoding sequence, per prefilled token), so the replay runs
@@ -38,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from harness.advisor.capacity import base_blocks
+from harness.advisor.chains import Chains, find_chains
 from harness.advisor.deployment import Deployment
 from harness.advisor.evidence import WorkloadEvidence, completed
 from harness.advisor.fidelity import Fidelity, Measured, judge_fidelity, measured_run
@@ -239,17 +242,20 @@ def build_trace(
     near: bool = False,
     scale: float = 1.0,
     t0: float | None = None,
+    chains: Chains | None = None,
 ) -> list[TraceRequest]:
     """One TraceRequest per row (see the module doc); arrivals count from `t0` (default: the
-    first send in `done`)."""
+    first send in `done`); `chains`: each row's closed-loop user and gap, in row order."""
     if t0 is None:
         t0 = float(done["send_time_unix"].min()) if len(done) else 0.0
     groups = evidence.prefix_groups(done, near) if evidence.sharing else [(-1, 0)] * len(done)
     n = done["n"].fillna(1).astype(int).tolist() if "n" in done.columns else [1] * len(done)
+    chain = chains.chain.tolist() if chains is not None else [-1] * len(done)
+    after = chains.after_s.tolist() if chains is not None else [0.0] * len(done)
     return [
-        TraceRequest((float(t) - t0) * scale, int(p), int(o), max(1, k), g, tokens)
-        for t, p, o, k, (g, tokens) in zip(
-            done["send_time_unix"], done["prompt_tokens"], done["output_tokens"], n, groups
+        TraceRequest((float(t) - t0) * scale, int(p), int(o), max(1, k), g, tokens, c, a * scale)
+        for t, p, o, k, (g, tokens), c, a in zip(
+            done["send_time_unix"], done["prompt_tokens"], done["output_tokens"], n, groups, chain, after
         )
     ]
 
@@ -332,16 +338,18 @@ def make_replayer(
     if fit is not None:
         axis = (
             f"the run's own seconds: {blocks:,}-block pool, step times fitted to the server's per-request "
-            f"timings ({fit.overhead_s * 1000:.2f} ms + {fit.per_decode_seq_s * 1000:.3f} ms per decoding "
-            f"sequence + {fit.per_prefill_token_s * 1e6:.1f} us per prefilled token; {fit.rows} points, "
-            f"median error {fit.median_error:.0%})"
+            f"timings ({fit.describe()})"
         )
     t0 = float(inputs.requests["send_time_unix"].min())
     cut = unfinished(inputs.requests)
-    extra = build_trace(cut, WorkloadEvidence(None, None), False, scale, t0)
-    trace = sorted(build_trace(done, evidence, False, scale, t0) + extra, key=lambda r: r.arrival_s)
+    links = find_chains(pd.concat([done, cut], ignore_index=True), inputs.run)
+    done_links, cut_links = links.part(0, len(done)), links.part(len(done), len(done) + len(cut))
+    extra = build_trace(cut, WorkloadEvidence(None, None), False, scale, t0, cut_links)
+    trace = sorted(
+        build_trace(done, evidence, False, scale, t0, done_links) + extra, key=lambda r: r.arrival_s
+    )
     near = (
-        sorted(build_trace(done, evidence, True, scale, t0) + extra, key=lambda r: r.arrival_s)
+        sorted(build_trace(done, evidence, True, scale, t0, done_links) + extra, key=lambda r: r.arrival_s)
         if evidence.sharing
         else trace
     )
@@ -350,9 +358,12 @@ def make_replayer(
     if len(trace) > MAX_REPLAY_REQUESTS:
         axis += f"; only the first {MAX_REPLAY_REQUESTS:,} of {len(trace):,} requests are replayed"
         trace, near = trace[:MAX_REPLAY_REQUESTS], near[:MAX_REPLAY_REQUESTS]
-    config_section = inputs.run.get("config") if isinstance(inputs.run.get("config"), dict) else {}
-    if not config_section.get("rate") and config_section.get("workload") not in (None, "replay"):
-        axis += "; a closed-loop run, replayed open-loop at its recorded send times"
+    if links.source != "open_loop":
+        how = "by user id" if links.source == "user_id" else "rebuilt from the timings: no user ids recorded"
+        axis += (
+            f"; closed loop: {links.users} users ({how}), each request sent its recorded gap after the "
+            "user's previous one finished in the replay"
+        )
     return Replayer(
         dep,
         trace,

@@ -22,6 +22,8 @@ columns freely, never rename or drop one. Invariants a record keeps:
 - `server_timing_source` names where the `server_*` values came from: "kvscope" (the
   reference engine's SSE object), "llamacpp" (its `timings`), or, filled in when the bundle
   is read, "otlp:<format>" for a joined span (`harness.bundle.spans`); None without any.
+- `user_id` names the Locust user that sent the request; in a closed loop a user's requests
+  go out one after the other, so the advisor replays them as a chain (None in older bundles).
 - `retries` is 1 when the request's pooled keep-alive connection turned out closed before
   any response byte and it was sent once more on a fresh connection; timings then include
   the failed attempt (a few ms), as a user of that client would see.
@@ -96,6 +98,9 @@ class RequestRecord:
     trace_id: str | None = None
     server_timing_source: str | None = None
     retries: int = 0  # stale keep-alive connection: sent again on a fresh one (see the module doc)
+    # The Locust user that sent it ("<worker_id>.u<n>"): a closed-loop user's requests form a
+    # chain, each sent when the previous one ended, which the advisor's replays keep.
+    user_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Field -> value, shallow (the lists are the record's own): a record is not changed

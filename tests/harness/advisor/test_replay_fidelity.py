@@ -14,13 +14,16 @@ from harness.advisor.step_fit import StepFit, fit_steps
 A, B, C = 0.004, 0.0015, 0.00008  # overhead, per decoding sequence, per prefilled token
 
 
-def _server_timings(groups: list[tuple[int, int, int]]) -> pd.DataFrame:
-    """Requests as a server with step = A + B x decoding + C x prefill tokens would time them:
-    each group of k requests is scheduled together, prefilled in one step, then decoded
-    together for `tokens - 1` steps; groups follow one another."""
+def _server_timings(
+    groups: list[tuple[int, int, int]], d: float = 0.0, stalled: int | None = None
+) -> pd.DataFrame:
+    """Requests as a server with step = A + B x decoding + C x prefill tokens (+ d x prefill
+    tokens x their prompt's length) would time them: each group of k requests is scheduled
+    together, prefilled in one step, then decoded together for `tokens - 1` steps; groups
+    follow one another. Group `stalled`'s prefill step took 5 s more (the machine stalled)."""
     rows, t = [], 1_000.0
-    for k, prompt, tokens in groups:
-        prefill = A + C * k * prompt
+    for i, (k, prompt, tokens) in enumerate(groups):
+        prefill = A + C * k * prompt + d * k * prompt * prompt + (5.0 if i == stalled else 0.0)
         decode = (tokens - 1) * (A + B * k)
         for _ in range(k):
             rows.append(
@@ -48,6 +51,30 @@ def test_the_fit_recovers_a_known_step_model() -> None:
         (A, B, C), rel=1e-6
     )
     assert fit.step_time([(1, 100)] * 4 + [(300, 300)]) == pytest.approx(A + 4 * B + 300 * C)
+
+
+def _groups(seed: int) -> list[tuple[int, int, int]]:
+    rng = np.random.default_rng(seed)
+    sizes = rng.choice([1, 2, 3, 5, 8], 30)
+    return [(int(k), int(rng.integers(50, 600)), int(rng.integers(8, 64))) for k in sizes]
+
+
+def test_the_fit_recovers_a_prefill_cost_that_grows_with_the_prompt() -> None:
+    D = 2e-7  # a 512-token prompt costs 0.1 s more than its per-token share
+    fit = fit_steps(_server_timings(_groups(5), d=D))
+    assert fit is not None and fit.median_error < 1e-6
+    assert (fit.overhead_s, fit.per_decode_seq_s, fit.per_prefill_token_s, fit.per_prefill_context_s) == (
+        pytest.approx((A, B, C, D), rel=1e-5)
+    )
+    assert fit.step_time([(1, 100), (512, 512)]) == pytest.approx(A + B + 512 * C + 512 * 512 * D)
+
+
+def test_a_stalled_step_is_an_outlier_and_does_not_set_the_slope() -> None:
+    groups = _groups(7)
+    fit = fit_steps(_server_timings(groups, stalled=3))
+    assert fit is not None and fit.outliers == groups[3][0]  # the group's k prefill rows
+    assert fit.per_prefill_token_s == pytest.approx(C, rel=1e-6) and fit.median_error < 1e-6
+    assert f"{fit.outliers} outlier(s) left out" in fit.describe()
 
 
 def test_no_fit_without_server_timings_or_with_too_few_requests() -> None:
