@@ -37,12 +37,15 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from harness.advisor.step_drift import Drift, fit_drift
 from reference_engine.sim.cost_model import StepTimeModel
 
 MIN_ROWS = 12
 SAME_STEP_S = 0.0005  # first tokens this close together came out of one step
 TRIM_FACTOR = 3.0
 TRIM_FLOOR = 0.25
+DRIFT_GAIN = 0.8  # the drift is kept when it cuts the fit's median error by a fifth or more
+DRIFT_ROUNDS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,7 @@ class StepFit:
     median_error: float  # median |fitted - observed| / observed over the rows kept
     per_prefill_context_s: float = 0.0  # per prefilled token per token of its context
     outliers: int = 0  # rows dropped by the trim (see the module doc)
+    drift: Drift | None = None  # the server's speed over the run (`step_drift`); None: steady
 
     def step_time(self, batch: Sequence[tuple[int, int]]) -> float:
         if not batch:
@@ -81,6 +85,12 @@ class StepFit:
             f"{self.per_prefill_context_s * 1e9:.1f} ns per prefilled token per token of its prompt; "
             f"{self.rows} points, median error {self.median_error:.0%}"
             + (f", {self.outliers} outlier(s) left out" if self.outliers else "")
+            + (
+                f"; the server's speed drifted x{self.drift.spread:.2f} over the run "
+                f"({len(self.drift.factors)} knots), replayed as it drifted"
+                if self.drift
+                else ""
+            )
         )
 
     def to_dict(self) -> dict:
@@ -144,11 +154,10 @@ class _Requests:
     clean: np.ndarray  # not preempted
 
     @classmethod
-    def of(cls, r: pd.DataFrame) -> _Requests:
-        # Seconds from the first arrival: at unix scale (1.8e9 s) a float resolves only ~0.2 us,
-        # too coarse for the instant windows `_prefill_rows` takes.
-        arrival = _column(r, "server_arrival_unix")
-        arrival = arrival - np.nanmin(arrival) if np.isfinite(arrival).any() else arrival
+    def of(cls, r: pd.DataFrame, origin: float) -> _Requests:
+        # Seconds from `origin`: at unix scale (1.8e9 s) a float resolves only ~0.2 us, too
+        # coarse for the instant windows `_prefill_rows` takes.
+        arrival = _column(r, "server_arrival_unix") - origin
         weight = np.nan_to_num(_column(r, "n", 1.0), nan=1.0).clip(min=1.0)
         cached = np.nan_to_num(_column(r, "server_cached_prompt_tokens", 0.0))
         return cls(
@@ -194,22 +203,25 @@ class _Prefills:
         return tuple(cum[b] - cum[a] for cum in (self.tokens, self.context, self.weight))
 
 
-def _decode_rows(q: _Requests, pre: _Prefills) -> tuple[np.ndarray, np.ndarray]:
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray]  # x, y (seconds per step), when (run seconds)
+
+
+def _decode_rows(q: _Requests, pre: _Prefills) -> Rows:
     d = q.clean & (q.steps >= 2) & np.isfinite(q.decode_s)
     steps = q.steps[d]
     # Prompt tokens prefilled inside each decode window: other requests' first tokens there.
     tokens, context, _ = pre.between(q.first[d], q.end[d])
     x = np.column_stack([np.ones(d.sum()), q.running(q.first[d], q.end[d]), tokens / steps, context / steps])
-    return x, q.decode_s[d] / steps
+    return x, q.decode_s[d] / steps, (q.first[d] + q.end[d]) / 2
 
 
-def _prefill_rows(q: _Requests, pre: _Prefills) -> tuple[np.ndarray, np.ndarray]:
+def _prefill_rows(q: _Requests, pre: _Prefills) -> Rows:
     p = q.clean & np.isfinite(q.prefill_s) & (q.uncached > 0)
     tokens, context, weight = pre.between(q.first[p] - SAME_STEP_S, q.first[p] + SAME_STEP_S, "left")
     at = q.first[p] - 1e-6  # just before the step ended: everyone in it is running
     decoding = q.running(at, at + 1e-9) - weight  # minus the step's prefills
     x = np.column_stack([np.ones(p.sum()), np.maximum(0.0, decoding), tokens, context])
-    return x, q.prefill_s[p]
+    return x, q.prefill_s[p], q.first[p] - q.prefill_s[p] / 2
 
 
 def _relative_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -218,34 +230,60 @@ def _relative_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return coef, np.abs(x @ coef - y) / y
 
 
-def fit_steps(requests: pd.DataFrame) -> StepFit | None:
-    """The step-time model of the run's server, or None (see the module doc)."""
-    if requests.empty or any(c not in requests.columns for c in NEED):
+def _rows(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The fit's rows (x, y, unix time), or None with fewer than MIN_ROWS."""
+    arrival = _column(r, "server_arrival_unix")
+    if not np.isfinite(arrival).any():
         return None
-    r = requests[requests["ok"].astype(bool)] if "ok" in requests.columns else requests
-    q = _Requests.of(r)
+    origin = float(np.nanmin(arrival))
+    q = _Requests.of(r, origin)
     known = np.isfinite(q.start) & np.isfinite(q.first) & np.isfinite(q.end)
     known &= (q.end >= q.first) & (q.first >= q.start)
     if known.sum() < MIN_ROWS:
         return None
     q = _Requests(*(getattr(q, f)[known] for f in q.__dataclass_fields__))
     pre = _Prefills.of(q)
-    xd, yd = _decode_rows(q, pre)
-    xp, yp = _prefill_rows(q, pre)
-    x, y = np.vstack([xd, xp]), np.concatenate([yd, yp])
+    parts = [_decode_rows(q, pre), _prefill_rows(q, pre)]
+    x, y, t = (np.concatenate([p[k] for p in parts]) for k in range(3))
     keep = np.isfinite(x).all(axis=1) & np.isfinite(y) & (y > 0)
-    x, y = x[keep], y[keep]
-    if len(y) < MIN_ROWS:
-        return None
+    return (x[keep], y[keep], t[keep] + origin) if keep.sum() >= MIN_ROWS else None
+
+
+def _trimmed_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(coefficients, relative errors of the rows kept, which rows were kept)."""
     coef, error = _relative_fit(x, y)
     inlier = error <= max(TRIM_FACTOR * float(np.median(error)), TRIM_FLOOR)
-    if inlier.sum() >= MIN_ROWS and not inlier.all():
-        coef, error = _relative_fit(x[inlier], y[inlier])
+    if inlier.sum() < MIN_ROWS or inlier.all():
+        return coef, error, np.ones(len(y), bool)
+    coef, kept_error = _relative_fit(x[inlier], y[inlier])
+    return coef, kept_error, inlier
+
+
+def fit_steps(requests: pd.DataFrame) -> StepFit | None:
+    """The step-time model of the run's server, or None (see the module doc)."""
+    if requests.empty or any(c not in requests.columns for c in NEED):
+        return None
+    rows = _rows(requests[requests["ok"].astype(bool)] if "ok" in requests.columns else requests)
+    if rows is None:
+        return None
+    x, y, t = rows
+    coef, error, kept = _trimmed_fit(x, y)
+    drift, d_coef, d_kept = None, coef, kept
+    for _ in range(DRIFT_ROUNDS):  # the drift from the residuals, the coefficients under the drift
+        drift = fit_drift(t[d_kept], y[d_kept] / (x[d_kept] @ d_coef))
+        if drift is None:
+            break
+        d_coef, d_error, d_kept = _trimmed_fit(x * drift.at(t)[:, None], y)
+    # Kept only where it explains much: a steady server's drift is noise around 1.
+    if drift is not None and float(np.median(d_error)) <= DRIFT_GAIN * float(np.median(error)):
+        coef, error, kept = d_coef, d_error, d_kept
+    else:
+        drift = None
     if not (x @ coef > 0).all():
         return None
     a, b, c, d = (float(v) for v in coef)
-    outliers = int(len(y) - inlier.sum()) if inlier.sum() >= MIN_ROWS else 0
-    return StepFit(a, b, c, int(len(y) - outliers), float(np.median(error)), d, outliers)
+    outliers = int(len(y) - kept.sum())
+    return StepFit(a, b, c, int(kept.sum()), float(np.median(error)), d, outliers, drift)
 
 
 @dataclass(frozen=True, slots=True)

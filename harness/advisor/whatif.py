@@ -45,6 +45,7 @@ from harness.advisor.deployment import Deployment
 from harness.advisor.evidence import WorkloadEvidence, completed
 from harness.advisor.fidelity import Fidelity, Measured, judge_fidelity, measured_run
 from harness.advisor.run_inputs import RunInputs
+from harness.advisor.step_drift import OnRunClock
 from harness.advisor.step_fit import StepFit, Transferred, fit_steps
 from reference_engine.catalogue import get_gpu, get_model
 from reference_engine.config import EngineConfig
@@ -130,6 +131,7 @@ class Replayer:
     excluded: int
     step_fit: StepFit | None = None  # the run's own step times; None: the catalogue's cost model
     measured: Measured | None = None  # what the run measured, for the baseline's fidelity
+    t0_unix: float = 0.0  # the run's time of the trace's 0 (its first send)
     _baseline: ReplayMetrics | None = field(default=None)
 
     def baseline(self) -> ReplayMetrics:
@@ -149,7 +151,10 @@ class Replayer:
         if self.step_fit is None:
             return None
         if (spec.gpu, spec.tensor_parallel_size) == (self.spec.gpu, self.spec.tensor_parallel_size):
-            return self.step_fit
+            drift = self.step_fit.drift
+            return (
+                self.step_fit if drift is None else OnRunClock(self.step_fit, drift, self.t0_unix, self.scale)
+            )
         model = get_model(spec.model)  # the KV dtype is the same on both sides: left at auto
         return Transferred(
             self.step_fit,
@@ -375,4 +380,5 @@ def make_replayer(
         len(inputs.requests) - len(done) - len(cut),
         fit,
         measured_run(done, preemptions),
+        t0,
     )

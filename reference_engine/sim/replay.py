@@ -51,6 +51,7 @@ class ReplayRecord:
     finished_s: float | None = None
     num_preemptions: int = 0
     cached_tokens: int = 0
+    index: int = -1  # the request's place in the trace
 
     @property
     def ttft_s(self) -> float | None:
@@ -157,7 +158,7 @@ def replay_trace(
                 result.rejected += 1
                 arrivals.done(i, clock.t)
                 continue
-            live[r.request_id] = (i, ReplayRecord(at, req.prompt_tokens, 0))
+            live[r.request_id] = (i, ReplayRecord(at, req.prompt_tokens, 0, index=i))
         if not engine.has_unfinished():
             due = arrivals.next_time()
             if due is None:  # nothing running and nothing released: no chain can go on

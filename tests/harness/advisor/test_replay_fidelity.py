@@ -9,22 +9,28 @@ import pandas as pd
 import pytest
 
 from harness.advisor.fidelity import Measured, judge_fidelity
+from harness.advisor.step_drift import Drift, OnRunClock
 from harness.advisor.step_fit import StepFit, fit_steps
 
 A, B, C = 0.004, 0.0015, 0.00008  # overhead, per decoding sequence, per prefilled token
 
 
 def _server_timings(
-    groups: list[tuple[int, int, int]], d: float = 0.0, stalled: int | None = None
+    groups: list[tuple[int, int, int]],
+    d: float = 0.0,
+    stalled: int | None = None,
+    slow_from: int | None = None,
 ) -> pd.DataFrame:
     """Requests as a server with step = A + B x decoding + C x prefill tokens (+ d x prefill
     tokens x their prompt's length) would time them: each group of k requests is scheduled
     together, prefilled in one step, then decoded together for `tokens - 1` steps; groups
-    follow one another. Group `stalled`'s prefill step took 5 s more (the machine stalled)."""
+    follow one another. Group `stalled`'s prefill step took 5 s more (the machine stalled);
+    from group `slow_from` on, every step takes 3x as long (other work took the machine)."""
     rows, t = [], 1_000.0
     for i, (k, prompt, tokens) in enumerate(groups):
-        prefill = A + C * k * prompt + d * k * prompt * prompt + (5.0 if i == stalled else 0.0)
-        decode = (tokens - 1) * (A + B * k)
+        speed = 3.0 if slow_from is not None and i >= slow_from else 1.0
+        prefill = speed * (A + C * k * prompt + d * k * prompt * prompt) + (5.0 if i == stalled else 0.0)
+        decode = speed * (tokens - 1) * (A + B * k)
         for _ in range(k):
             rows.append(
                 {
@@ -75,6 +81,31 @@ def test_a_stalled_step_is_an_outlier_and_does_not_set_the_slope() -> None:
     assert fit is not None and fit.outliers == groups[3][0]  # the group's k prefill rows
     assert fit.per_prefill_token_s == pytest.approx(C, rel=1e-6) and fit.median_error < 1e-6
     assert f"{fit.outliers} outlier(s) left out" in fit.describe()
+
+
+def test_a_server_that_slowed_down_mid_run_is_fitted_with_its_drift() -> None:
+    groups = _groups(11)
+    steady = fit_steps(_server_timings(groups))
+    assert steady is not None and steady.drift is None  # nothing to explain
+    frame = _server_timings(groups, slow_from=15)
+    fit = fit_steps(frame)
+    assert fit is not None and fit.drift is not None
+    assert fit.drift.spread == pytest.approx(3.0, rel=0.05) and fit.median_error < 0.05
+    assert "drifted x3.0" in fit.describe()
+    on_clock = OnRunClock(fit, fit.drift, t0_unix=0.0)
+    batch = [(1, 300)] * 4 + [(200, 200)]
+    early, late = frame["server_arrival_unix"].iloc[[5, -5]]
+    assert on_clock.step_time_at(batch, early) == pytest.approx(A + 4 * B + 200 * C, rel=0.05)
+    assert on_clock.step_time_at(batch, late) == pytest.approx(3 * (A + 4 * B + 200 * C), rel=0.05)
+
+
+def test_a_drifting_model_times_a_step_by_the_speed_at_its_start_on_the_runs_clock() -> None:
+    drift = Drift((1000.0, 1010.0), (1.0, 3.0))
+    model = OnRunClock(StepFit(0.01, 0.0, 0.0, 20, 0.0), drift, t0_unix=995.0, scale=1.0)
+    assert model.step_time([(1, 5)]) == pytest.approx(0.01)
+    assert model.step_time_at([(1, 5)], 0.0) == pytest.approx(0.01)  # before the first knot: held
+    assert model.step_time_at([(1, 5)], 10.0) == pytest.approx(0.02)  # halfway between the knots
+    assert model.step_time_at([(1, 5)], 60.0) == pytest.approx(0.03)
 
 
 def test_no_fit_without_server_timings_or_with_too_few_requests() -> None:
