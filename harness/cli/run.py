@@ -22,6 +22,11 @@ examples:
   kvscope run --target http://gpu-box:8000 --workload chat --users 32 --spawn-rate 8 --duration 5m
   kvscope run --target http://gpu-box:8000 --workload rate --rate 4 --arrival poisson --workers 2
   kvscope run --workload chat --simulate --sim-model llama-3.1-70b --sim-gpu h100-80gb --users 256
+  kvscope run --serve "python -m vllm.entrypoints.openai.api_server --model M --port 8011" --workload chat
+
+--serve CMD: kvscope starts the server itself (in its own process group), waits until its
+/health answers, and stops it by that group at the end; a port already in use, a command that
+exits, or no health within --startup-timeout ends the run with exit 4 and nothing left running.
 
 closed loop (--users N): N users, each sending when its previous answer is in.
 open loop (--rate R): R requests/s in total, whatever the server does; --users is then the
@@ -62,6 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--target", metavar="URL", help="an OpenAI-compatible server (default: start the bundled engine)"
+    )
+    p.add_argument(
+        "--serve",
+        metavar="CMD",
+        help="start this server command, wait for its /health, run against it and stop it (its whole "
+        "process group) at the end, e.g. --serve 'vllm serve MODEL --port 8000'; leading NAME=VALUE words "
+        "set its environment. The port: the command's --port, else --target's, else the engine's "
+        "default (vLLM 8000, llama-server 8080). run.json records the command and the engine "
+        "(`kvscope advise --verify` restarts it with each verdict's change)",
     )
     p.add_argument(
         "--workload", required=True, choices=sorted(WORKLOADS), help="which loadtests/NAME.py to run"
@@ -115,7 +129,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=STARTUP_TIMEOUT_S,
         metavar="S",
-        help="seconds to wait for the bundled engine's /health (default 300)",
+        help="seconds to wait for the bundled engine's (or --serve's) /health (default 300)",
     )
     p.add_argument(
         "--deployment",

@@ -53,6 +53,7 @@ def run_info(run: Run, failure: RunFailed | None, master_rc: int | None) -> dict
         "config": cfg.to_dict(),
         "locust_master_exit_code": master_rc,
         "commands": {name: redact(c.argv) for name, c in run.children.items()},
+        "serve": run.serve.to_json() if run.serve else None,
     }
 
 

@@ -24,6 +24,7 @@ import time
 
 from harness.run import kv_events, otlp, procs
 from harness.run.commands import (
+    LOOPBACK,
     child_env,
     connect_host,
     engine_command,
@@ -36,6 +37,7 @@ from harness.run.config import ConfigError, RunConfig, from_args
 from harness.run.finish import finish
 from harness.run.outcome import Exit
 from harness.run.progress import JsonlTail, Progress
+from harness.run.serve import ENGINE_NAMES, ServeCommand, port_taken
 from harness.run.server_facts import target_facts
 from harness.run.state import Run, RunFailed
 
@@ -44,6 +46,7 @@ END_PROBE_TIMEOUT_S = 3.0  # after the load: does the target still answer?
 PROGRESS_EVERY_S = 2.0
 ABORT_SIGNAL = signal.SIGUSR1  # the Locust master's "stop at once" (harness.load.context)
 ABORT_GRACE_S = 1.5  # after a second Ctrl-C, children still running this long after are killed
+SERVER_STOP_S = 20.0  # a server still up this long after SIGTERM to its process group is killed
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -106,6 +109,8 @@ def target_answers(url: str) -> bool:
 
 def start_target(run: Run) -> None:
     cfg = run.cfg
+    if cfg.serve:  # then a --target like any other: its URL is the served one
+        start_served(run, cfg.serve)
     if cfg.target:
         run.kv_events = kv_events.for_target(target_name(cfg), cfg.kv_events)
         reason = reach(cfg.target, REACH_TIMEOUT_S)
@@ -119,11 +124,10 @@ def start_target(run: Run) -> None:
     if cfg.kv_events:
         extra, run.kv_events = kv_events.bundled(target_name(cfg))
         flags = [*flags, *extra]
+    argv = engine_command(cfg.model, flags + otlp.engine_flags(run), port)
+    run.serve = ServeCommand(tuple(argv), "bundled", LOOPBACK, port, "chosen")
     child = run.children["engine"] = procs.start(
-        "engine",
-        engine_command(cfg.model, flags + otlp.engine_flags(run), port),
-        run.paths["logs"],
-        env=otlp.engine_env(run, child_env(cfg.api_key)),
+        "engine", argv, run.paths["logs"], env=otlp.engine_env(run, child_env(cfg.api_key))
     )
     ok, reason = procs.wait_http(
         f"http://127.0.0.1:{port}/health",
@@ -138,6 +142,38 @@ def start_target(run: Run) -> None:
             f"the engine did not become healthy ({reason}); last lines of its log:\n{child.log_tail()}"
         )
     run.target_url = f"http://127.0.0.1:{port}"
+
+
+def start_served(run: Run, serve: ServeCommand) -> None:
+    """`--serve`: start the command, wait for its /health (see `harness.run.serve`)."""
+    if port_taken(serve.host, serve.port):
+        raise RunFailed(
+            f"--serve: {serve.host}:{serve.port} is already in use (another server holds the port); "
+            "stop it or give the command another --port",
+            code=Exit.TARGET_UNREACHABLE,
+        )
+    name = ENGINE_NAMES.get(serve.engine, "the server")
+    run.say(f"starting {name}: {serve.text()}")
+    run.serve = serve
+    child = run.children["server"] = procs.start(
+        "server", serve.argv, run.paths["logs"], env=serve.environment()
+    )
+    ok, reason = procs.wait_http(
+        serve.url + "/health", run.cfg.startup_timeout_s, child, ok=lambda s: s == 200 or run.interrupts > 0
+    )
+    if run.interrupts:
+        raise RunFailed("interrupted while the server was starting", code=Exit.INTERRUPTED)
+    if not ok:
+        what = (
+            f"exited with status {child.returncode} before it was healthy"
+            if not child.running
+            else f"was not healthy on {serve.url}/health within {run.cfg.startup_timeout_s:g} s ({reason})"
+        )
+        raise RunFailed(
+            f"--serve: the server {what}; last lines of logs/server.log:\n{child.log_tail() or '(empty)'}",
+            code=Exit.TARGET_UNREACHABLE,
+        )
+    run.say(f"{name} is healthy on {serve.url}")
 
 
 def server_models(url: str) -> list[dict]:
@@ -272,9 +308,9 @@ def stop_all(run: Run) -> int | None:
         if exporter.running and run.exporter_ok:
             time.sleep(1.5)  # one more scrape: the server's counters after the last request
         exporter.stop(signal.SIGTERM, timeout_s=10.0)
-    engine = run.children.get("engine")
-    if engine is not None:
-        engine.stop(signal.SIGTERM, timeout_s=20.0)
+    for name in ("engine", "server"):
+        if (server := run.children.get(name)) is not None:
+            server.stop(signal.SIGTERM, timeout_s=SERVER_STOP_S)
     otlp.stop_receiver(run)
     return master_rc
 

@@ -13,6 +13,7 @@ from typing import Any
 from harness.bundle.deployment import DeploymentFacts
 from harness.run import procs
 from harness.run.config import RunConfig
+from harness.run.serve import ServeCommand
 
 
 class RunFailed(Exception):
@@ -40,6 +41,7 @@ class Run:
     target_answers: bool = True  # False: the target no longer answered after the load
     aborted_at: float | None = None  # monotonic time of the second Ctrl-C (stop at once)
     otlp_endpoint: str | None = None  # the span receiver's URL, once it listens (`run.otlp`)
+    serve: ServeCommand | None = None  # the server this run started (`run.serve`); None: a --target
 
     @property
     def paths(self) -> dict[str, Path]:
