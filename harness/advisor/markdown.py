@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.advisor.check_text import check_line
 from harness.advisor.evidence_table import evidence_rows, markdown_table
 from harness.advisor.record import Advice
 
@@ -97,6 +98,8 @@ def render(advice: Advice, heading: str = "## Advice") -> str:
             )
         if v.status == "indicative" and v.status_reason:
             lines.append(f"   - Why indicative: {v.status_reason}")
+        if v.check:
+            lines.append(f"   - Checked on the server: {check_line(v.action, v.check)}")
         rows = evidence_rows(v.evidence)
         if rows:
             # Blank lines that keep the item's indent: the table stays inside the list item.

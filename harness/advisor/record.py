@@ -41,6 +41,7 @@ class Verdict(Claim):
     alternatives: list[dict[str, Any]] = field(default_factory=list)  # other changes replayed
     status: VerdictStatus = "not replayed"
     status_reason: str | None = None
+    check: dict[str, Any] | None = None  # the change applied and measured (`kvscope advise --verify`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,8 @@ imported (or started as subprocesses) by the handler.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from exporter.dialects.probe import KV_LAYOUTS
 from exporter.units import host_port
@@ -188,6 +190,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "unless told (default auto)",
     )
     p.add_argument("--quiet", action="store_true", help="no live progress line")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="after the run and its advice, prove each verdict on the server: `kvscope advise --verify` "
+        "on the bundle (the bundled engine or --serve; each change is one more run of the same length)",
+    )
     add_workload_options(
         p, "workload options (each workload uses some; see `locust -f loadtests/NAME.py --help`)"
     )
@@ -197,6 +205,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from harness.run.config import default_out
     from harness.run.orchestrate import run_from_args
+    from harness.run.outcome import MEASURED, Exit
 
-    return run_from_args(args)
+    if args.verify and (args.no_advise or (args.target and not args.serve)):
+        print(
+            "kvscope run: error: --verify needs the advice (not --no-advise) and a server kvscope starts "
+            "(the bundled engine or --serve, not --target alone)",
+            file=sys.stderr,
+        )
+        return int(Exit.CONFIG_ERROR)
+    if args.verify and not args.out:
+        args.out = str(default_out(args.workload))  # the loop needs to know where the bundle went
+    code = run_from_args(args)
+    if not args.verify or code not in MEASURED:
+        return code
+    from harness.cli.advise import verify_bundle
+
+    return verify_bundle(Path(args.out)) or code

@@ -20,6 +20,7 @@ from harness.report import plots
 from harness.report.content import run_document
 from harness.report.document import Document
 from harness.report.sweep_content import sweep_document
+from harness.report.verify_section import add_verify_section
 
 
 def run_figures(bundle: Bundle, slos: Slos) -> tuple[dict[str, Any], dict[str, str]]:
@@ -76,4 +77,6 @@ def build_document(d: Path, advice_markdown: str | None, slos: Slos | str | None
     bundle = read_bundle(d)
     s = parse_slos(slos) if isinstance(slos, str) else (slos or slos_from_run(bundle.run))
     summary, figures = run_figures(bundle, s)
-    return run_document(summary, figures, advice_markdown, advice)
+    doc = run_document(summary, figures, advice_markdown, advice)
+    add_verify_section(doc, advice, d)
+    return doc

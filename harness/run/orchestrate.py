@@ -37,7 +37,7 @@ from harness.run.config import ConfigError, RunConfig, from_args
 from harness.run.finish import finish
 from harness.run.outcome import Exit
 from harness.run.progress import JsonlTail, Progress
-from harness.run.serve import ENGINE_NAMES, ServeCommand, port_taken
+from harness.run.serve import ENGINE_NAMES, ServeCommand, flag_value, port_taken
 from harness.run.server_facts import target_facts
 from harness.run.state import Run, RunFailed
 
@@ -46,6 +46,7 @@ END_PROBE_TIMEOUT_S = 3.0  # after the load: does the target still answer?
 PROGRESS_EVERY_S = 2.0
 ABORT_SIGNAL = signal.SIGUSR1  # the Locust master's "stop at once" (harness.load.context)
 ABORT_GRACE_S = 1.5  # after a second Ctrl-C, children still running this long after are killed
+SPAN_FLAG_ENGINES = ("vllm", "bundled")  # take --otlp-traces-endpoint (and OTLP/HTTP by environment)
 SERVER_STOP_S = 20.0  # a server still up this long after SIGTERM to its process group is killed
 
 
@@ -155,9 +156,10 @@ def start_served(run: Run, serve: ServeCommand) -> None:
     name = ENGINE_NAMES.get(serve.engine, "the server")
     run.say(f"starting {name}: {serve.text()}")
     run.serve = serve
-    child = run.children["server"] = procs.start(
-        "server", serve.argv, run.paths["logs"], env=serve.environment()
-    )
+    argv, env = list(serve.argv), serve.environment()
+    if serve.engine in SPAN_FLAG_ENGINES and flag_value(argv, "--otlp-traces-endpoint") is None:
+        argv, env = argv + otlp.engine_flags(run), otlp.engine_env(run, env) or env  # --otlp: spans to us
+    child = run.children["server"] = procs.start("server", argv, run.paths["logs"], env=env)
     ok, reason = procs.wait_http(
         serve.url + "/health", run.cfg.startup_timeout_s, child, ok=lambda s: s == 200 or run.interrupts > 0
     )
