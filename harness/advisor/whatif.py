@@ -44,10 +44,11 @@ from harness.advisor.chains import Chains, find_chains
 from harness.advisor.deployment import Deployment
 from harness.advisor.evidence import WorkloadEvidence, completed
 from harness.advisor.fidelity import Fidelity, Measured, judge_fidelity, measured_run
+from harness.advisor.replay_basis import replay_basis
 from harness.advisor.run_inputs import RunInputs
 from harness.advisor.step_drift import OnRunClock
 from harness.advisor.step_fit import StepFit, Transferred, fit_steps
-from reference_engine.catalogue import get_gpu, get_model
+from reference_engine.catalogue import MODELS, ModelSpec, get_gpu, get_model
 from reference_engine.config import EngineConfig
 from reference_engine.sim.cost_model import CostModel
 from reference_engine.sim.replay import ReplayResult, TraceRequest, replay_trace
@@ -103,6 +104,7 @@ class Comparison:
     why: str
     time_axis: str
     fidelity: Fidelity | None = None  # the baseline against the run; None: not checked
+    basis: dict[str, str] = field(default_factory=dict)  # the data the replay used
 
     def to_dict(self) -> dict:
         return {
@@ -113,6 +115,7 @@ class Comparison:
             "why": self.why,
             "time_axis": self.time_axis,
             "baseline_fidelity": None if self.fidelity is None else self.fidelity.to_dict(),
+            "basis": self.basis,
         }
 
 
@@ -132,6 +135,7 @@ class Replayer:
     step_fit: StepFit | None = None  # the run's own step times; None: the catalogue's cost model
     measured: Measured | None = None  # what the run measured, for the baseline's fidelity
     t0_unix: float = 0.0  # the run's time of the trace's 0 (its first send)
+    basis: dict[str, str] = field(default_factory=dict)  # the data the replay used, in words
     _baseline: ReplayMetrics | None = field(default=None)
 
     def baseline(self) -> ReplayMetrics:
@@ -187,7 +191,7 @@ class Replayer:
     def compare(self, change: Change) -> Comparison:
         base, changed = self.baseline(), self.run(change)
         ok, why = judge(base, changed)
-        return Comparison(change, base, changed, ok, why, self.time_axis, self.fidelity())
+        return Comparison(change, base, changed, ok, why, self.time_axis, self.fidelity(), self.basis)
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -312,6 +316,17 @@ def _scaled_twin(
     )
 
 
+def _twin(dep: Deployment) -> ModelSpec:
+    """The catalogue model standing in for one it does not know: SmolLM2 (the bundled engine's),
+    or the smallest-context model that admits the run's max_model_len (only the scheduler's
+    context limit reads it; the pool is the run's and the step times are fitted)."""
+    if dep.model:
+        return get_model(dep.model)
+    smol, need = get_model(REAL_ENGINE_TWIN), dep.max_model_len or 0
+    longer = [m for m in MODELS.values() if m.max_context >= need]
+    return smol if need <= smol.max_context or not longer else min(longer, key=lambda m: m.max_context)
+
+
 def make_replayer(
     inputs: RunInputs,
     evidence: WorkloadEvidence,
@@ -327,15 +342,16 @@ def make_replayer(
     blocks = base_blocks(dep)
     if blocks is None:
         raise ValueError("the run's KV pool size is unknown (no kv_capacity_blocks samples, no engine flags)")
-    config = replace(dep.engine, num_blocks=blocks, kv_cache_memory=None)
+    basis = replay_basis(dep, inputs.requests, inputs.run)
+    config = replace(dep.engine, num_blocks=blocks, kv_cache_memory=None, **basis.assumed)
     if dep.gpu_sized:
         spec = SimSpec(
             dep.model or "", dep.gpu or "", dep.tp, dep.gpu_memory_utilization or 0.9, dep.weight_dtype
         )
         config = replace(config, max_model_len=dep.max_model_len)
         scale, axis = 1.0, f"modelled: {dep.model} on {dep.tp} x {dep.gpu} (the simulator's cost model)"
-    else:  # the real bundled engine: a catalogue twin sizes nothing (the pool is the run's)
-        twin = get_model(dep.model or REAL_ENGINE_TWIN)
+    else:  # the real bundled engine or a --target: a catalogue twin sizes nothing (the pool is the run's)
+        twin = _twin(dep)
         spec = SimSpec(twin.name, REAL_ENGINE_GPU, 1, 0.9, "auto")
         limit = min(dep.max_model_len or twin.max_context, twin.max_context)
         config = replace(config, max_model_len=limit, kv_cache_dtype="auto")
@@ -381,4 +397,5 @@ def make_replayer(
         fit,
         measured_run(done, preemptions),
         t0,
+        basis.used,
     )
