@@ -138,16 +138,14 @@ def sim_row(
 ) -> MemoryRow:
     """One allocator on the simulator, on a virtual clock (minutes of serving in seconds)."""
     block_size = block_size or setup.block_size
+    clock = VirtualClock()
     sim = build_sim_engine(
         setup.spec,
         _config(setup, allocator, block_size),
         tokenizer=NullTokenizer(),
         vocab=range(1000, 60_000),
+        clock=clock,
     )
-    clock = VirtualClock()
-    # The same wiring as replay_trace: the executor "sleeps" the modelled step on this clock.
-    sim.executor.clock = sim.engine.clock = clock.now
-    sim.executor.sleeper = clock.advance
     trace = poisson_trace(workload, setup.requests[workload.name], setup.rates[workload.name], seed)
     t0 = time.perf_counter()
     run = run_saturated(

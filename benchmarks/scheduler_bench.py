@@ -10,6 +10,7 @@ import argparse
 import statistics
 import time
 
+from reference_engine.clock import HOST_CLOCK
 from reference_engine.kv_manager import KVCacheManager, cdiv
 from reference_engine.request import Request
 from reference_engine.sampling_params import SamplingParams
@@ -26,7 +27,7 @@ def main() -> None:
     bs = args.block_size
     num_blocks = 1 + args.running * cdiv(args.prompt_len + args.steps + 1, bs)
     kv = KVCacheManager(num_blocks, bs, enable_caching=True)
-    sched = Scheduler(SchedulerLimits(args.running, args.running * args.prompt_len, 1 << 20), kv)
+    sched = Scheduler(SchedulerLimits(args.running, args.running * args.prompt_len, 1 << 20), kv, HOST_CLOCK)
     params = SamplingParams(max_tokens=10_000)
     for i in range(args.running):
         prompt = [(i * 7919 + j) % 50_000 for j in range(args.prompt_len)]

@@ -15,9 +15,10 @@ def advise_and_report(directory: str | Path, inputs=None, replay: bool = True) -
     content. `inputs` (run_inputs.RunInputs) overrides what is read from the folder."""
     from harness.advisor import run_inputs
     from harness.advisor.advice import advise, write_advice
+    from harness.report.advice import advice_markdown
     from harness.report.write import write_report
 
     advice = advise(inputs or run_inputs.load(directory), replay=replay)
-    data = write_advice(advice, directory)
-    write_report(directory, advice_markdown=data["markdown"])
+    data = write_advice(advice, directory, advice_markdown(advice))
+    write_report(directory, advice=advice)
     return data

@@ -8,6 +8,10 @@ cost model.
 ids only and stop strings are not looked for, because the API server detokenizes and tells
 the core (`finish_sequence`) when a choice hit a stop string, as vLLM V1 splits it. The
 default keeps text and stop strings here, for in-process use (`generate`).
+
+Time: the engine is built with one `Clock` (`reference_engine.clock`; the host's monotonic
+clock unless given) and hands it to the scheduler and the residency tracker, so every stamp a
+request carries lies on one axis: wall time when serving, modelled time in a replay.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from reference_engine.admission import AdmissionLimits, check_admission
+from reference_engine.clock import HOST_CLOCK, Clock
 from reference_engine.config import AllocatorMode, EngineConfig
 from reference_engine.detokenizer import IncrementalDetokenizer
 from reference_engine.engine_stats import EngineStats
@@ -129,7 +134,7 @@ class LLMEngine:
         watermark: float,
         eos_token_ids: tuple[int, ...],
         vocab_size: int,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = HOST_CLOCK,
         detokenize: bool = True,
         kv_events: KVEventsConfig | None = None,
         kv_cache_metrics_sample: float | None = None,
@@ -156,7 +161,7 @@ class LLMEngine:
             enable_kv_events=kv_events is not None,
             residency=None
             if kv_cache_metrics_sample is None
-            else KVResidencyTracker(kv_cache_metrics_sample, clock),
+            else KVResidencyTracker(kv_cache_metrics_sample, clock.now),
         )
         if allocator == "contiguous" and cdiv(max_model_len, block_size) > self.kv.usable_blocks:
             raise InvalidRequestError(
@@ -164,7 +169,7 @@ class LLMEngine:
                 f"{cdiv(max_model_len, block_size)} blocks per request but only {self.kv.usable_blocks} exist"
             )
         self.scheduler = Scheduler(
-            SchedulerLimits(max_num_seqs, max_num_batched_tokens, max_model_len), self.kv
+            SchedulerLimits(max_num_seqs, max_num_batched_tokens, max_model_len), self.kv, clock
         )
         self.limits = AdmissionLimits(max_model_len, vocab_size, block_size, self.kv.usable_blocks)
         self.groups: dict[str, _Group] = {}
@@ -198,7 +203,7 @@ class LLMEngine:
             token_ids=token_ids,
             num_prompt_tokens=len(token_ids),
             sampling_params=params,
-            arrival_time=self.clock() if arrival_time is None else arrival_time,
+            arrival_time=self.clock.now() if arrival_time is None else arrival_time,
             eos_token_ids=self.eos_token_ids,
         )
         detokenizers = {request_id: self._detokenizer(params)} if self.detokenize else {}
@@ -222,7 +227,7 @@ class LLMEngine:
         result = self.executor.execute(out)
         self.scheduler.update_from_output(out, result.sampled)
         self._publish_kv_events()
-        now = self.clock()
+        now = self.clock.now()
         outputs: list[SequenceOutput] = []
         for chunk in out.chunks:
             request = chunk.request
@@ -316,6 +321,7 @@ class LLMEngine:
         if self.kv_event_publisher is not None:
             events = self.kv.pool.take_events()
             if events:
+                # The wire's `ts` is Unix time, as vLLM's; subscribers date batches by it.
                 self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
                 self.kv_events_published += 1
 
@@ -368,9 +374,11 @@ def engine_from_config(
     max_model_len: int,
     vocab_size: int,
     detokenize: bool = True,
+    clock: Clock = HOST_CLOCK,
 ) -> LLMEngine:
     """An engine with `config`'s scheduler, cache and KV-event settings over `executor` (a
-    model's or the simulator's), on a pool of `num_blocks` already sized for it."""
+    model's or the simulator's), on a pool of `num_blocks` already sized for it, stamping time
+    on `clock` (the executor's, for the simulator)."""
     eos = tuple(tokenizer.eos_token_ids)
     return LLMEngine(
         executor=executor,
@@ -385,6 +393,7 @@ def engine_from_config(
         watermark=config.watermark,
         eos_token_ids=eos,
         vocab_size=vocab_size,
+        clock=clock,
         detokenize=detokenize,
         kv_events=config.kv_events(),
         kv_cache_metrics_sample=config.residency_sample_rate,

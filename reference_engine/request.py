@@ -52,7 +52,8 @@ class Request:
     num_preemptions: int = 0
     block_hashes: list[bytes] = field(default_factory=list)  # hashes of full blocks, in order
     eos_token_ids: tuple[int, ...] = ()
-    # Server-side timings (monotonic seconds), for metrics and per-request timing reports.
+    # Server-side timings on the engine's clock (monotonic seconds when serving, virtual in a
+    # replay), for metrics and per-request timing reports.
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finished_time: float | None = None

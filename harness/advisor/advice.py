@@ -29,7 +29,6 @@ from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, main_wind
 from harness.advisor.evidence import WorkloadEvidence, completed, workload_evidence
 from harness.advisor.facts import REPLAYS, collect
 from harness.advisor.kv_curve import kv_event_verdicts
-from harness.advisor.markdown import render
 from harness.advisor.plausibility import implausible
 from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
 from harness.advisor.replay_basis import replay_basis
@@ -38,6 +37,7 @@ from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.status import mark_replay, replay_status
 from harness.advisor.verdicts import Proposal, decide
 from harness.advisor.whatif import Change, Comparison, Replayer, judge, make_replayer
+from harness.bundle.finding import Finding
 from harness.bundle.jsonfile import json_safe, write_json
 from harness.bundle.kv_events import has_kv_events
 
@@ -113,7 +113,7 @@ def _upper_bound_demand(inputs: RunInputs, work: WorkloadEvidence) -> int | None
     )
 
 
-def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None, str | None]:
+def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None, Finding | None]:
     """(blocks the run's trace peaks at on a pool that never runs out, a note)."""
     done = completed(inputs.requests)
     dep = inputs.deployment
@@ -128,13 +128,17 @@ def _replayed_demand(replayer: Replayer, inputs: RunInputs) -> tuple[int | None,
         for p, o in zip(done["prompt_tokens"], done["output_tokens"])
     )
     ample = min(total + 2, MAX_AMPLE_BLOCKS)
-    note = None if ample == total + 2 else f"demand capped: the trace needs up to {total:,} blocks"
+    note = (
+        None
+        if ample == total + 2
+        else Finding("demand_capped", f"demand capped: the trace needs up to {total:,} blocks")
+    )
     metrics = replayer.run(Change("no KV limit", num_blocks=ample))
     return (math.ceil(metrics.peak_kv_usage * (ample - 1)) if metrics.completed else None), note
 
 
 def _verdict(
-    p: Proposal, replayer: Replayer | None, notes: list[str], distrust: str | None = None
+    p: Proposal, replayer: Replayer | None, notes: list[Finding], distrust: Finding | None = None
 ) -> Verdict:
     claim = {f.name: json_safe(getattr(p, f.name)) for f in fields(Claim)}
     if p.change is None or replayer is None:
@@ -142,7 +146,7 @@ def _verdict(
     try:
         comparison = replayer.compare(p.change)
     except ValueError as exc:  # e.g. a change the engine refuses (a pool too small for one request)
-        notes.append(f"{p.action}: replay failed: {exc}")
+        notes.append(Finding("replay_failed", f"{p.action}: replay failed: {exc}", subject=p.action))
         return Verdict(**claim, verified=False)
     shown = comparison.shown
     replay = comparison.to_dict()
@@ -150,8 +154,10 @@ def _verdict(
         gained, why = judge(comparison.baseline, comparison.changed)
         shown = not gained
         replay["why"] = (
-            "more KV memory changes nothing measurable" if shown else f"more KV memory helps after all: {why}"
-        )
+            Finding("more_kv_changes_nothing", "more KV memory changes nothing measurable")
+            if shown
+            else Finding("more_kv_helps", f"more KV memory helps after all: {why.text}")
+        ).to_dict()
     mark_replay(replay, shown, distrust)
     verified, status, reason = replay_status(shown, comparison.fidelity, distrust)
     alternatives = []
@@ -159,7 +165,13 @@ def _verdict(
         try:
             c: Comparison = replayer.compare(alt)
         except ValueError as exc:
-            notes.append(f"{p.action}: replay of {alt.label} failed: {exc}")
+            notes.append(
+                Finding(
+                    "alternative_replay_failed",
+                    f"{p.action}: replay of {alt.label} failed: {exc}",
+                    subject=p.action,
+                )
+            )
             continue
         alternatives.append(json_safe(c.to_dict()))
     return Verdict(
@@ -175,11 +187,11 @@ def _verdict(
 STATUS_ORDER = ("verified", "indicative", "not confirmed", "not replayed")
 
 
-def _trusted_baseline(replayer: Replayer, inputs: RunInputs, notes: list[str]) -> str | None:
+def _trusted_baseline(replayer: Replayer, inputs: RunInputs, notes: list[Finding]) -> Finding | None:
     """Why the replays cannot verify (an implausible baseline), noted once; None when they can."""
     why = implausible(replayer.baseline(), completed(inputs.requests))
     if why:
-        notes.append(f"replays not trusted: {why}")
+        notes.append(Finding("replays_not_trusted", f"replays not trusted: {why.text}"))
     return why
 
 
@@ -200,8 +212,8 @@ def worth_replaying(diag: WindowDiagnosis) -> bool:
 
 
 def _replayer(
-    inputs: RunInputs, work: WorkloadEvidence, diag: WindowDiagnosis, notes: list[str]
-) -> tuple[Replayer | None, str | None]:
+    inputs: RunInputs, work: WorkloadEvidence, diag: WindowDiagnosis, notes: list[Finding]
+) -> tuple[Replayer | None, Finding | None]:
     """(the run's replayer, why its baseline cannot be trusted or None); (None, None) when
     there is nothing to replay."""
     if completed(inputs.requests).empty:
@@ -209,7 +221,7 @@ def _replayer(
     try:
         replayer = make_replayer(inputs, work, diag.mean_running, diag.preemptions)
     except ValueError as exc:
-        notes.append(f"no replay: {exc}")
+        notes.append(Finding("no_replay", f"no replay: {exc}"))
         return None, None
     return replayer, _trusted_baseline(replayer, inputs, notes)
 
@@ -219,7 +231,7 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     dep = inputs.deployment
     work = workload_evidence(inputs)
     diag = diagnose_run(inputs, work)
-    notes: list[str] = list(inputs.notes)
+    notes: list[Finding] = list(inputs.notes)
     needed: dict[str, list[str]] = {}
     workload = {
         "lengths": None if work.lengths is None else asdict(work.lengths),
@@ -234,19 +246,27 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     # A run with errors above the limit, or an unreliable client, still ran to its end.
     if inputs.run.get("status") not in (None, "completed", "errors", "unreliable"):
         notes.append(
-            f"the run did not complete (status {inputs.run.get('status')!r}): "
-            f"{' '.join(str(inputs.run.get('failure') or 'see run.json').split())[:300]}"
+            Finding(
+                "run_incomplete",
+                f"the run did not complete (status {inputs.run.get('status')!r}): "
+                f"{' '.join(str(inputs.run.get('failure') or 'see run.json').split())[:300]}",
+            )
         )
     if diag is None:
-        notes.append("server.parquet has no samples from the engine: no diagnosis")
+        notes.append(
+            Finding("no_engine_samples", "server.parquet has no samples from the engine: no diagnosis")
+        )
         return Advice(str(inputs.path or ""), deployment_view(dep), {}, json_safe(workload), [], notes)
     demand, upper = None, _upper_bound_demand(inputs, work)
     replayer, distrust = None, None
     if replay and (lacking := replay_basis(dep, inputs.requests, inputs.run).missing):
         needed[REPLAYS] = lacking
         notes.append(
-            f"no replay: the simulator would have to guess {', '.join(lacking)} (see missing_facts); "
-            "verdicts stay unverified"
+            Finding(
+                "replays_need_facts",
+                f"no replay: the simulator would have to guess {', '.join(lacking)} (see missing_facts); "
+                "verdicts stay unverified",
+            )
         )
         replay = False
     if replay and worth_replaying(diag):
@@ -256,10 +276,14 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
             demand, note = _replayed_demand(replayer, inputs)
             notes += [note] if note else []
         except ValueError as exc:
-            notes.append(f"no replay: {exc}")
+            notes.append(Finding("demand_replay_failed", f"no replay: {exc}"))
     if demand is None and upper is not None and diag.kv_pressure:
         notes.append(
-            "KV demand from arithmetic (peak requests x p99 length), not measured by replay: an upper bound"
+            Finding(
+                "demand_from_arithmetic",
+                "KV demand from arithmetic (peak requests x p99 length), not measured by replay: "
+                "an upper bound",
+            )
         )
     outcome = decide(dep, diag, work, demand, upper)
     notes += outcome.notes
@@ -269,7 +293,12 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     if replay and replayer is None and to_verify:
         replayer, distrust = _replayer(inputs, work, diag, notes)
     elif replay and replayer is None:
-        notes.append("no replays: the run shows no KV pressure or queueing, and no proposal to verify")
+        notes.append(
+            Finding(
+                "no_replays_needed",
+                "no replays: the run shows no KV pressure or queueing, and no proposal to verify",
+            )
+        )
     verdicts = [_verdict(p, replayer, notes, distrust) for p in outcome.proposals]
     verdicts += kv_event_verdicts(inputs, replayer, diag.kv_pressure, notes, distrust)
     verdicts = sorted(verdicts, key=_rank)
@@ -283,16 +312,23 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         "exporter_reasons": diag.exporter_reasons,
     }
     if replayer is not None and replayer.excluded:
-        notes.append(f"{replayer.excluded} request(s) without token counts (failed) are not in the replays")
+        notes.append(
+            Finding(
+                "replay_excludes_failed",
+                f"{replayer.excluded} request(s) without token counts (failed) are not in the replays",
+            )
+        )
     recorded = (
         int(inputs.requests["ok"].fillna(False).astype(bool).sum()) if "ok" in inputs.requests.columns else 0
     )
     if diag.finished is not None and diag.finished > 1.2 * recorded + 2:
         notes.append(
-            f"the server finished {diag.finished:,.0f} requests but the bundle records {recorded:,} "
-            "completed ones (e.g. requests still in flight when the run stopped leave no record): "
-            "the replays "
-            "carry less load than the run did"
+            Finding(
+                "replay_carries_less_load",
+                f"the server finished {diag.finished:,.0f} requests but the bundle records {recorded:,} "
+                "completed ones (e.g. requests still in flight when the run stopped leave no record): "
+                "the replays carry less load than the run did",
+            )
         )
     fidelity = replayer.fidelity() if replayer is not None and any(v.replay for v in verdicts) else None
     return Advice(
@@ -308,9 +344,9 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     )
 
 
-def write_advice(advice: Advice, directory: str | Path) -> dict[str, Any]:
-    """advice.json, with the rendered Markdown under `markdown` (the report shows it as is);
-    returns the file's content."""
-    data = {**json_safe(advice.to_json()), "markdown": render(advice)}
+def write_advice(advice: Advice, directory: str | Path, markdown: str | None = None) -> dict[str, Any]:
+    """advice.json, with the Advice section as Markdown under `markdown` when given (the
+    report renders it: `harness.report.advice.advice_markdown`); returns the file's content."""
+    data = {**json_safe(advice.to_json()), **({"markdown": markdown} if markdown is not None else {})}
     write_json(Path(directory) / ADVICE_JSON, data)
     return data

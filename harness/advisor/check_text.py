@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.bundle.finding import Finding
 from harness.formatting import pct
 
 SHOWN = ("preemptions", "ttft_p99_s", "prefix_hit_ratio")
@@ -22,13 +23,17 @@ def fmt(metric: str, value: Any) -> str:
     return f"{value:,.3g}"
 
 
+def reason_text(check: dict[str, Any]) -> str:
+    return Finding.from_json(check.get("reason") or "").text
+
+
 def check_line(action: str, check: dict[str, Any]) -> str:
     """`action (flags): status: predicted against measured per metric`, or why not applicable."""
     flags = " ".join((check.get("change") or {}).get("flags") or []) or "no flags"
     head = f"{action} ({flags}): {check.get('status')}"
     measured = check.get("measured") or {}
     if check.get("status") == "not applicable" or not measured:
-        return f"{head}: {check.get('reason')}"
+        return f"{head}: {reason_text(check)}"
     predicted, as_run, baseline = (check.get(k) or {} for k in ("predicted", "as_run", "baseline"))
     figures = "; ".join(
         f"{m} predicted {fmt(m, predicted.get(m))}, measured {fmt(m, measured.get(m))}"
@@ -37,7 +42,7 @@ def check_line(action: str, check: dict[str, Any]) -> str:
         if measured.get(m) is not None
     )
     misses = "; ".join(
-        f"{m['metric']} off by {m['error_share']:+.0%}: {m['cause']}"
+        f"{m['subject']} off by {m['error_share']:+.0%}: {m['text']}"
         for m in check.get("misses") or []
         if m.get("error_share") is not None
     )

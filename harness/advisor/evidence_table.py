@@ -73,11 +73,3 @@ def evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str]]:
         name, unit = FIELDS.get(key, (key.replace("_", " "), "number"))
         rows.append((name, _value(value, unit)))
     return rows
-
-
-def markdown_table(rows: list[tuple[str, str]], indent: str = "") -> list[str]:
-    """A two-column Markdown table (quantity, value), each line prefixed by `indent`."""
-    if not rows:
-        return []
-    out = [f"{indent}| quantity | value |", f"{indent}|---|---|"]
-    return out + [f"{indent}| {name} | {value} |" for name, value in rows]

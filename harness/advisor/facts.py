@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from harness.advisor.deployment import Deployment
 from harness.bundle.deployment_option import supply
+from harness.bundle.finding import Finding
 
 NEEDS: dict[str, tuple[str, ...]] = {
     "quantize_kv_cache": ("kv_cache_dtype", "num_blocks"),
@@ -46,9 +47,13 @@ def missing_for(dep: Deployment, action: str) -> list[str]:
     return dep.unknown(NEEDS.get(action, ()))
 
 
-def not_issued(action: str, missing: list[str]) -> str:
+def not_issued(action: str, missing: list[str]) -> Finding:
     how = ", ".join(supply(f).removeprefix("--deployment ") for f in missing)
-    return f"{action}: not issued: {', '.join(missing)} unknown (state it: --deployment {how})"
+    return Finding(
+        "rule_lacks_facts",
+        f"{action}: not issued: {', '.join(missing)} unknown (state it: --deployment {how})",
+        subject=action,
+    )
 
 
 def collect(needed: dict[str, list[str]]) -> list[MissingFact]:

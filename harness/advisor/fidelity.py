@@ -19,6 +19,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from harness.bundle.finding import Finding
+
 TOLERANCE = 0.25
 PREEMPTION_SLACK = 2.0
 TTFT_SLACK_S = 0.010
@@ -42,11 +44,11 @@ class Fidelity:
     preemption_error: float | None  # (replayed - measured) / measured; None when measured is 0 or unknown
     ttft_error: float | None
     within: bool
-    reason: str
+    reason: Finding
     tolerance: float = TOLERANCE
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "reason": self.reason.to_dict()}
 
 
 def measured_run(done: pd.DataFrame, preemptions: float | None) -> Measured:
@@ -88,9 +90,12 @@ def judge_fidelity(measured: Measured, preemptions: int, ttft_p99_s: float | Non
         )
     within = p_ok and t_ok
     reason = (
-        f"the unchanged configuration's replay is within {TOLERANCE:.0%} of the run "
-        "on preemptions and TTFT p99"
+        Finding(
+            "replay_within_tolerance",
+            f"the unchanged configuration's replay is within {TOLERANCE:.0%} of the run "
+            "on preemptions and TTFT p99",
+        )
         if within
-        else "the unchanged configuration's replay is off: " + "; ".join(parts)
+        else Finding("replay_off_run", "the unchanged configuration's replay is off: " + "; ".join(parts))
     )
     return Fidelity(measured, preemptions, ttft_p99_s, p_err, t_err, within, reason)

@@ -31,6 +31,7 @@ from harness.advisor.record import Claim, Verdict
 from harness.advisor.run_inputs import RunInputs
 from harness.advisor.status import mark_replay, replay_status
 from harness.advisor.whatif import Change, Replayer
+from harness.bundle.finding import Finding
 from harness.bundle.jsonfile import json_safe
 from harness.bundle.kv_events import curve_column, latest, read_kv_events
 from reference_engine.sim.replay import TraceRequest, replay_trace
@@ -134,8 +135,8 @@ def add_memory_by_curve(
     ev: CurveEvidence,
     replayer: Replayer | None,
     kv_pressure: bool,
-    notes: list[str],
-    distrust: str | None = None,
+    notes: list[Finding],
+    distrust: Finding | None = None,
 ) -> Verdict | None:
     if not ev.points:
         return None
@@ -143,9 +144,13 @@ def add_memory_by_curve(
     best = max(g for _, _, g in gains)
     if best < CURVE_GAIN:
         notes.append(
-            f"add_memory (prefix reuse): not advised: the miss-ratio curve gives +{gains[-1][0]:.0%} blocks "
-            f"only {best:+.1%} of hit ratio ({ev.capacity_misses:,} capacity misses, "
-            f"{ev.first_stores:,} first stores)"
+            Finding(
+                "curve_gain_small",
+                f"add_memory (prefix reuse): not advised: the miss-ratio curve gives +{gains[-1][0]:.0%} "
+                f"blocks only {best:+.1%} of hit ratio ({ev.capacity_misses:,} capacity misses, "
+                f"{ev.first_stores:,} first stores)",
+                subject="add_memory",
+            )
         )
         return None
     inc, extra, gain = next(g for g in gains if g[2] >= KNEE_SHARE * best)
@@ -168,8 +173,12 @@ def add_memory_by_curve(
     }
     if kv_pressure:
         notes.append(
-            "add_memory (prefix reuse): the run was under KV pressure, so more blocks would first run "
-            "more requests at once: the curve's hit ratio is an upper bound"
+            Finding(
+                "curve_upper_bound",
+                "add_memory (prefix reuse): the run was under KV pressure, so more blocks would first run "
+                "more requests at once: the curve's hit ratio is an upper bound",
+                subject="add_memory",
+            )
         )
     claim = _claim("add_memory", f"Add {extra:,} KV blocks for prefix reuse", ev.to_dict(), projected, effect)
     base = base_blocks(replayer.deployment) if replayer is not None else None
@@ -178,18 +187,23 @@ def add_memory_by_curve(
     try:
         comparison = replayer.compare(Change(f"{extra:,} more blocks", num_blocks=base + extra))
     except ValueError as exc:
-        notes.append(f"add_memory (prefix reuse): replay failed: {exc}")
+        notes.append(
+            Finding("replay_failed", f"add_memory (prefix reuse): replay failed: {exc}", subject="add_memory")
+        )
         return Verdict(**claim, verified=False)
     b, c = comparison.baseline.prefix_hit_ratio, comparison.changed.prefix_hit_ratio
     measured = None if b is None or c is None else c - b
     shown = measured is not None and measured >= max(MIN_VERIFIED_GAIN, VERIFY_SHARE * gain)
     verified, status, reason = replay_status(shown, comparison.fidelity, distrust)
     replay = mark_replay(comparison.to_dict(), shown, distrust)
-    replay.update(
-        why=f"replayed hit ratio {b:.1%} -> {c:.1%} (predicted {ev.hit_ratio:.1%} -> {after:.1%})"
+    replay["why"] = (
+        Finding(
+            "hit_ratio_replayed",
+            f"replayed hit ratio {b:.1%} -> {c:.1%} (predicted {ev.hit_ratio:.1%} -> {after:.1%})",
+        )
         if measured is not None
-        else "the replay measured no prefix-cache queries",
-    )
+        else Finding("no_prefix_queries", "the replay measured no prefix-cache queries")
+    ).to_dict()
     return Verdict(**claim, verified=verified, replay=json_safe(replay), status=status, status_reason=reason)
 
 
@@ -218,7 +232,7 @@ def _fleet(replayer: Replayer, parts: list[list[TraceRequest]]) -> dict[str, Any
 
 
 def route_by_prefix(
-    frame: pd.DataFrame, replayer: Replayer | None, notes: list[str], distrust: str | None = None
+    frame: pd.DataFrame, replayer: Replayer | None, notes: list[Finding], distrust: Finding | None = None
 ) -> Verdict | None:
     rows = latest(frame)
     if len(rows) < 2:  # one replica: nothing to route
@@ -227,7 +241,13 @@ def route_by_prefix(
     share = shared / cached if cached else 0.0
     replicas = len(rows)
     if share < ROUTE_SHARED:
-        notes.append(f"route_by_prefix: not advised: {share:.0%} of the replicas' cached blocks are shared")
+        notes.append(
+            Finding(
+                "prefixes_not_shared",
+                f"route_by_prefix: not advised: {share:.0%} of the replicas' cached blocks are shared",
+                subject="route_by_prefix",
+            )
+        )
         return None
     duplicated = int(shared - rows["fleet_shared_blocks"].iloc[-1])
     evidence = {
@@ -249,7 +269,13 @@ def route_by_prefix(
     claim = _claim("route_by_prefix", "Route requests by prefix", evidence, projected, effect)
     if replayer is None or not any(r.prefix_group >= 0 for r in replayer.trace):
         if replayer is not None:
-            notes.append("route_by_prefix: not replayed: the run's prompts carry no shared-prefix groups")
+            notes.append(
+                Finding(
+                    "no_prefix_groups",
+                    "route_by_prefix: not replayed: the run's prompts carry no shared-prefix groups",
+                    subject="route_by_prefix",
+                )
+            )
         return Verdict(**claim, verified=False)
     spread = _fleet(replayer, _routed(replayer.trace, replicas, by_prefix=False))
     routed = _fleet(replayer, _routed(replayer.trace, replicas, by_prefix=True))
@@ -264,9 +290,11 @@ def route_by_prefix(
         "change": {"label": f"{replicas} replicas, each shared-prefix group on one"},
         "baseline": {"label": f"{replicas} replicas, round-robin", **spread},
         "changed": routed,
-        "why": f"hit ratio {b:.1%} round-robin -> {c:.1%} routed by prefix"
-        if b is not None and c is not None
-        else "the replays measured no prefix-cache queries",
+        "why": (
+            Finding("routed_hit_ratio", f"hit ratio {b:.1%} round-robin -> {c:.1%} routed by prefix")
+            if b is not None and c is not None
+            else Finding("no_prefix_queries", "the replays measured no prefix-cache queries")
+        ).to_dict(),
         "time_axis": replayer.time_axis,
     }
     mark_replay(replay, shown, distrust)
@@ -277,8 +305,8 @@ def kv_event_verdicts(
     inputs: RunInputs,
     replayer: Replayer | None,
     kv_pressure: bool,
-    notes: list[str],
-    distrust: str | None = None,
+    notes: list[Finding],
+    distrust: Finding | None = None,
 ) -> list[Verdict]:
     """The block-level verdicts of a run recorded with --kv-events (none otherwise); never
     verified when `distrust` says the replay of the run as it was does not resemble it."""
@@ -288,7 +316,12 @@ def kv_event_verdicts(
     out: list[Verdict] = []
     ev = curve_evidence(inputs, frame)
     if ev is None:
-        notes.append("KV events: no prefix-cache counters for the instance they came from; no curve")
+        notes.append(
+            Finding(
+                "no_prefix_counters",
+                "KV events: no prefix-cache counters for the instance they came from; no curve",
+            )
+        )
     else:
         v = add_memory_by_curve(ev, replayer, kv_pressure, notes, distrust)
         out += [v] if v is not None else []

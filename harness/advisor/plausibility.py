@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 
 from harness.advisor.whatif import ReplayMetrics
+from harness.bundle.finding import Finding
 
 MAX_RATIO = 10.0
 
 
-def implausible(baseline: ReplayMetrics, completed: pd.DataFrame) -> str | None:
+def implausible(baseline: ReplayMetrics, completed: pd.DataFrame) -> Finding | None:
     """Why the baseline does not resemble the run, or None when it does (or cannot be told)."""
     column = completed["ttft_s"] if "ttft_s" in completed.columns else pd.Series(dtype=float)
     measured = pd.to_numeric(column, errors="coerce").dropna().to_numpy(float)
@@ -31,15 +32,18 @@ def implausible(baseline: ReplayMetrics, completed: pd.DataFrame) -> str | None:
         return None
     p50 = float(np.median(measured))
     if p50 <= 0 or replayed <= 0:
-        return (
-            f"the replay of the run as it was has a TTFT p50 of {replayed:.3g} s against {p50:.3g} s measured"
+        return Finding(
+            "replay_implausible",
+            f"the replay of the run as it was has a TTFT p50 of {replayed:.3g} s "
+            f"against {p50:.3g} s measured",
         )
     ratio = replayed / p50
     if 1 / MAX_RATIO <= ratio <= MAX_RATIO:
         return None
-    return (
+    return Finding(
+        "replay_implausible",
         f"the replay of the run as it was has a TTFT p50 of {_secs(replayed)} against {_secs(p50)} measured "
-        f"(x{ratio:.3g}): it does not model this deployment, so no replay here verifies anything"
+        f"(x{ratio:.3g}): it does not model this deployment, so no replay here verifies anything",
     )
 
 

@@ -20,6 +20,7 @@ from harness.advisor.deployment import Deployment, resolve
 from harness.bundle import read
 from harness.bundle.deployment import DeploymentFacts, Fact
 from harness.bundle.deployment_option import with_user_facts
+from harness.bundle.finding import Finding
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class RunInputs:
     server: pd.DataFrame
     deployment: Deployment
     path: Path | None = None
-    notes: tuple[str, ...] = ()
+    notes: tuple[Finding, ...] = ()  # where --deployment replaced a recorded fact
 
 
 def from_bundle(bundle: read.Bundle, stated: dict[str, dict[str, Fact]] | None = None) -> RunInputs:
@@ -38,7 +39,12 @@ def from_bundle(bundle: read.Bundle, stated: dict[str, dict[str, Fact]] | None =
     if stated and any(stated.values()):
         facts, notes = with_user_facts(facts or DeploymentFacts("target"), stated)
     return RunInputs(
-        bundle.run, requests, bundle.server, resolve(facts, bundle.server), bundle.path, tuple(notes)
+        bundle.run,
+        requests,
+        bundle.server,
+        resolve(facts, bundle.server),
+        bundle.path,
+        tuple(Finding("deployment_replaced", n) for n in notes),
     )
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from harness.advisor.fidelity import Fidelity
+from harness.bundle.finding import Finding
 
 
 def replay_status(
-    shown: bool, fidelity: Fidelity | None, distrust: str | None = None
-) -> tuple[bool, str, str | None]:
+    shown: bool, fidelity: Fidelity | None, distrust: Finding | None = None
+) -> tuple[bool, str, Finding | None]:
     """(verified, status, reason)."""
     if not shown:
         return False, "not confirmed", None
@@ -27,11 +28,11 @@ def replay_status(
     return False, "indicative", fidelity.reason
 
 
-def mark_replay(replay: dict[str, Any], shown: bool, distrust: str | None) -> dict[str, Any]:
+def mark_replay(replay: dict[str, Any], shown: bool, distrust: Finding | None) -> dict[str, Any]:
     """A verdict's replay record says what the replay itself found: `shown`, whether it showed
     what the claim expects, and `implausible`, why the replay of the run as it was is not
     trusted (when it is not). Whether that makes the claim verified is the verdict's `status`."""
     replay["shown"] = shown
     if distrust:
-        replay["implausible"] = distrust
+        replay["implausible"] = distrust.to_dict()
     return replay

@@ -40,6 +40,7 @@ from harness.advisor.record import Claim
 from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.whatif import Change
 from harness.bundle.deployment_option import supply
+from harness.bundle.finding import Finding
 from harness.formatting import pct
 
 NA = "n/a"
@@ -63,7 +64,7 @@ class Proposal(Claim):
 @dataclass(slots=True)
 class RuleOutcome:
     proposals: list[Proposal] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # rules considered and why they did not fire
+    notes: list[Finding] = field(default_factory=list)  # rules considered and why they did not fire
     missing: dict[str, list[str]] = field(default_factory=dict)  # rule -> facts it lacked
 
 
@@ -124,17 +125,27 @@ def add_memory(
     d: WindowDiagnosis,
     demand: int | None,
     arithmetic_demand: int | None,
-    notes: list[str],
+    notes: list[Finding],
     measured: bool = True,
 ) -> Proposal | None:
     base = capacity.base_blocks(dep) or 0
     if demand is None:
-        notes.append("add_memory: not sized: no replay and no running/waiting samples to estimate the demand")
+        notes.append(
+            Finding(
+                "demand_unknown",
+                "add_memory: not sized: no replay and no running/waiting samples to estimate the demand",
+                subject="add_memory",
+            )
+        )
         return None
     if demand < base:
         notes.append(
-            f"add_memory: not advised: the replayed trace peaks at {demand:,} blocks, within the run's "
-            f"{base:,}; the pressure comes from load the bundle does not record"
+            Finding(
+                "demand_within_pool",
+                f"add_memory: not advised: the replayed trace peaks at {demand:,} blocks, within the run's "
+                f"{base:,}; the pressure comes from load the bundle does not record",
+                subject="add_memory",
+            )
         )
         return None
     options = capacity.memory_options(dep, demand)
@@ -209,7 +220,7 @@ def raise_utilisation(dep: Deployment, d: WindowDiagnosis) -> Proposal | None:
 
 
 def cut_context(
-    dep: Deployment, d: WindowDiagnosis, work: WorkloadEvidence, notes: list[str]
+    dep: Deployment, d: WindowDiagnosis, work: WorkloadEvidence, notes: list[Finding]
 ) -> Proposal | None:
     lengths, limit = work.lengths, dep.max_model_len
     if lengths is None or not limit:
@@ -217,16 +228,24 @@ def cut_context(
     cut, bs = lengths.suggested_max_model_len, dep.engine.block_size
     if cut > CUT_CONTEXT_MAX_SHARE * limit:
         notes.append(
-            f"cut_context: not advised: p99.9 of prompt + output is {lengths.p999_tokens:,.0f} tokens, "
-            f"the limit {limit:,} is not even twice the {cut:,} a cut could go to"
+            Finding(
+                "context_limit_close",
+                f"cut_context: not advised: p99.9 of prompt + output is {lengths.p999_tokens:,.0f} tokens, "
+                f"the limit {limit:,} is not even twice the {cut:,} a cut could go to",
+                subject="cut_context",
+            )
         )
         return None
     contiguous = dep.engine.allocator.startswith("contiguous")
     if not contiguous and lengths.over_suggested == 0:
         notes.append(
-            f"cut_context: not advised: every request fit in {cut:,} tokens (longest "
-            f"{lengths.max_tokens:,} of max_model_len {limit:,}), and a paged pool does not grow when "
-            "max_model_len drops; it only bounds one request's blocks"
+            Finding(
+                "context_never_exceeded",
+                f"cut_context: not advised: every request fit in {cut:,} tokens (longest "
+                f"{lengths.max_tokens:,} of max_model_len {limit:,}), and a paged pool does not grow when "
+                "max_model_len drops; it only bounds one request's blocks",
+                subject="cut_context",
+            )
         )
         return None
     pool = capacity.base_blocks(dep) or 0
@@ -374,34 +393,42 @@ def decide(
             out.missing["kv_not_bottleneck"] = ["max_num_seqs"]
     else:
         out.notes.append(
-            f"no KV pressure: preemption level {d.preemption_level}, saturated "
-            f"{pct(d.saturated_share, 0, NA)} of the time, waiting {pct(d.waiting_share, 0, NA)}"
+            Finding(
+                "no_kv_pressure",
+                f"no KV pressure: preemption level {d.preemption_level}, saturated "
+                f"{pct(d.saturated_share, 0, NA)} of the time, waiting {pct(d.waiting_share, 0, NA)}",
+            )
         )
     prefix = make_identical(work)
     if prefix is not None:
         out.proposals.append(prefix)
     elif work.prefixes is None:
         out.notes.append(
-            "make_prefix_identical: no prompt fingerprints in requests.parquet; prefix sharing unknown"
+            Finding(
+                "no_prompt_fingerprints",
+                "make_prefix_identical: no prompt fingerprints in requests.parquet; prefix sharing unknown",
+                subject="make_prefix_identical",
+            )
         )
     out.notes += _cache_reuse_notes(dep, work)
     return out
 
 
-def _cache_reuse_notes(dep: Deployment, work: WorkloadEvidence) -> list[str]:
+def _cache_reuse_notes(dep: Deployment, work: WorkloadEvidence) -> list[Finding]:
     """Identical prefixes the cache did not hit: prefix caching off, or evicted before reuse."""
     p = work.prefixes
     if p is None or p.observed_hit_ratio is None or p.identical_hit_ratio < PREFIX_GAIN:
         return []
     if p.observed_hit_ratio >= 0.5 * p.identical_hit_ratio:
         return []
+    seen = (
+        f"prefix cache: {p.observed_hit_ratio:.0%} of prompt tokens hit, while byte-identical prefixes "
+        f"offer {p.identical_hit_ratio:.0%}"
+    )
     evicted = "shared blocks are evicted before they are reused (KV pressure, or too many distinct prefixes)"
-    why = {
-        False: "prefix caching is off (--no-enable-prefix-caching)",
-        True: evicted,
-        None: f"prefix caching is off on the server, or {evicted}",
-    }[dep.known("enable_prefix_caching")]
-    return [
-        f"prefix cache: {p.observed_hit_ratio:.0%} of prompt tokens hit, while byte-identical prefixes offer "
-        f"{p.identical_hit_ratio:.0%}: {why}"
-    ]
+    caching = dep.known("enable_prefix_caching")
+    if caching is False:
+        return [Finding("prefix_caching_off", f"{seen}: prefix caching is off (--no-enable-prefix-caching)")]
+    if caching:
+        return [Finding("prefix_blocks_evicted", f"{seen}: {evicted}")]
+    return [Finding("prefix_cache_missed", f"{seen}: prefix caching is off on the server, or {evicted}")]

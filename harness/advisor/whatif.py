@@ -48,6 +48,7 @@ from harness.advisor.replay_basis import replay_basis
 from harness.advisor.run_inputs import RunInputs
 from harness.advisor.step_drift import OnRunClock
 from harness.advisor.step_fit import StepFit, Transferred, fit_steps
+from harness.bundle.finding import Finding
 from reference_engine.catalogue import MODELS, ModelSpec, get_gpu, get_model
 from reference_engine.config import EngineConfig
 from reference_engine.sim.cost_model import CostModel
@@ -101,7 +102,7 @@ class Comparison:
     baseline: ReplayMetrics
     changed: ReplayMetrics
     shown: bool  # the replay shows the gain over its baseline (whether that baseline is the run: `fidelity`)
-    why: str
+    why: Finding
     time_axis: str
     fidelity: Fidelity | None = None  # the baseline against the run; None: not checked
     basis: dict[str, str] = field(default_factory=dict)  # the data the replay used
@@ -112,7 +113,7 @@ class Comparison:
             "baseline": asdict(self.baseline),
             "changed": asdict(self.changed),
             "shown": self.shown,
-            "why": self.why,
+            "why": self.why.to_dict(),
             "time_axis": self.time_axis,
             "baseline_fidelity": None if self.fidelity is None else self.fidelity.to_dict(),
             "basis": self.basis,
@@ -223,26 +224,30 @@ def _metrics(results: list[ReplayResult], requests: int, scale: float) -> Replay
     )
 
 
-def judge(base: ReplayMetrics, changed: ReplayMetrics) -> tuple[bool, str]:
+def judge(base: ReplayMetrics, changed: ReplayMetrics) -> tuple[bool, Finding]:
     """(shown, a short reason) — see the module doc for the rule. The numbers themselves
     are in the two ReplayMetrics, so the reason does not repeat them."""
     if changed.completed < base.completed or changed.rejected > base.rejected:
-        return False, (
+        return False, Finding(
+            "completes_fewer",
             f"the change completes {changed.completed} requests (as run: {base.completed}) and "
-            f"rejects {changed.rejected} (as run: {base.rejected})"
+            f"rejects {changed.rejected} (as run: {base.rejected})",
         )
     b, c = base.ttft_p99_s, changed.ttft_p99_s
     ttft_better = bool(b) and c is not None and c <= (1 - VERIFY_TTFT_GAIN) * b
     ttft_worse = bool(b) and c is not None and c > (1 + VERIFY_TTFT_GAIN) * b
     slower = changed.output_tokens_per_s < (1 - VERIFY_TTFT_GAIN) * base.output_tokens_per_s
     if changed.preemptions < base.preemptions and not ttft_worse:
-        return True, "fewer preemptions"
+        return True, Finding("fewer_preemptions", "fewer preemptions")
     if ttft_better and not slower:
         more = changed.preemptions > base.preemptions
-        return True, f"TTFT p99 {1 - c / b:.0%} lower" + (" (though preempting more)" if more else "")  # type: ignore[operator]
+        lower = f"TTFT p99 {1 - c / b:.0%} lower"  # type: ignore[operator]
+        return True, Finding("lower_ttft", lower + (" (though preempting more)" if more else ""))
     if ttft_better or changed.preemptions < base.preemptions:
-        return False, "mixed: a gain in one of preemptions, TTFT p99 and throughput, a loss in another"
-    return False, "no measurable gain (no fewer preemptions, TTFT p99 not 5% lower)"
+        return False, Finding(
+            "mixed_gain", "mixed: a gain in one of preemptions, TTFT p99 and throughput, a loss in another"
+        )
+    return False, Finding("no_gain", "no measurable gain (no fewer preemptions, TTFT p99 not 5% lower)")
 
 
 def build_trace(

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.latency import itl_values
+from harness.bundle.finding import Finding
 
 BUNCHED_GAP_S = 0.001
 BUNCHED_SHARE = 0.20  # above this share of gaps, bunching is a finding of the self-check
@@ -48,22 +49,34 @@ class Bunching:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def sentence(self) -> str:
+    def finding(self) -> Finding | None:
+        """What the self-check says about it: a reason (the run is unreliable) when the
+        client bunched the gaps, a note for any other cause, None when few gaps are bunched."""
+        if self.cause == "none":
+            return None
         share = f"{self.bunched_share:.0%} of {self.gaps} inter-token gaps are under 1 ms"
         engine = (
             f"the engine's own time per token is {self.engine_token_s * 1000:.1f} ms"
             if self.engine_token_s is not None
             else "the engine's own time per token is unknown"
         )
-        return {
-            "engine": f"{share}, and {engine}: the engine produces tokens that fast",
-            "client": f"{share} while {engine}: the client read chunks late and in bunches, so its "
-            "per-token gaps are its own, not the server's (add Locust workers or lower users per worker)",
-            "server": f"{share} while {engine} and the client read in time: the server delivered "
-            "its chunks bunched (its HTTP layer or the network held them)",
-            "unknown": f"{share}; with no server timing to compare, the cause is unknown",
-            "none": share,
-        }[self.cause]
+        if self.cause == "engine":
+            return Finding(
+                "bunched_by_engine", f"{share}, and {engine}: the engine produces tokens that fast"
+            )
+        if self.cause == "client":
+            return Finding(
+                "bunched_by_client",
+                f"{share} while {engine}: the client read chunks late and in bunches, so its per-token "
+                "gaps are its own, not the server's (add Locust workers or lower users per worker)",
+            )
+        if self.cause == "server":
+            return Finding(
+                "bunched_by_server",
+                f"{share} while {engine} and the client read in time: the server delivered its chunks "
+                "bunched (its HTTP layer or the network held them)",
+            )
+        return Finding("bunched_unknown", f"{share}; with no server timing to compare, the cause is unknown")
 
 
 def engine_token_time(ok: pd.DataFrame, server: pd.DataFrame) -> tuple[float | None, str | None]:

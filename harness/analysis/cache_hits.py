@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.bundle.finding import Finding
 from harness.workload.options import WORKLOADS
 
 HIT_SHARE = 0.5
@@ -29,7 +30,7 @@ def cached_tokens(requests: pd.DataFrame) -> pd.Series:
     return requests[columns].apply(pd.to_numeric, errors="coerce").max(axis=1)
 
 
-def unexpected_hits(ok: pd.DataFrame, run: dict[str, Any]) -> str | None:
+def unexpected_hits(ok: pd.DataFrame, run: dict[str, Any]) -> Finding | None:
     """A warning when a workload not meant to share found its prompts cached, else None."""
     config = run.get("config") if isinstance(run.get("config"), dict) else {}
     name = config.get("workload") or (str(ok["workload"].iloc[0]) if len(ok) else None)
@@ -42,9 +43,10 @@ def unexpected_hits(ok: pd.DataFrame, run: dict[str, Any]) -> str | None:
     if not hit.any():
         return None
     seed = run.get("seed", config.get("seed"))
-    return (
+    return Finding(
+        "unexpected_cache_hits",
         f"{int(hit.sum())} of {len(ok)} requests found at least {HIT_SHARE:.0%} of their prompt in the "
         f"server's prefix cache, though the {name} workload shares nothing between requests: the cache "
         f"held these prompts from an earlier run (seed {seed}) or another client, so TTFT is lower "
-        "than a cold cache would give"
+        "than a cold cache would give",
     )

@@ -34,7 +34,6 @@ client's, so the estimate is a lower bound and bucket width cannot raise a false
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -45,19 +44,20 @@ import pandas as pd
 from harness.analysis.bunching import bunching
 from harness.analysis.cache_hits import unexpected_hits
 from harness.analysis.stats import clean
+from harness.analysis.ttft_histogram import histogram_quantile, ttft_histogram_increase
+from harness.bundle.finding import Finding
 from harness.bundle.read import measured
 
 LAG_S = 0.050
 TAIL_SHARE = 0.10  # of the corrected p99
 SCHEDULE_LAG_S = 0.050
 MIN_REQUESTS = 5
-TTFT_HISTOGRAM = "time_to_first_token_seconds"
 
 
 @dataclass(frozen=True, slots=True)
 class SelfCheck:
     reliable: bool
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[Finding] = field(default_factory=list)
     method: str = "none"  # "per_request", "histogram" or "none" (no server TTFT to compare with)
     delay_floor_s: float | None = None  # smallest client delay: network + parsing
     lag_p50_s: float | None = None  # client delay above the floor
@@ -67,57 +67,15 @@ class SelfCheck:
     server_ttft_p50_s: float | None = None
     schedule_lag_p99_s: float | None = None
     cpu_warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
     bunching: dict[str, Any] = field(default_factory=dict)  # analysis.bunching.Bunching
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def histogram_quantile(bounds: np.ndarray, counts: np.ndarray, q: float, upper: bool = False) -> float | None:
-    """Prometheus-style quantile of a cumulative histogram (linear within the bucket), or the
-    bucket's upper edge with `upper`. None when empty or when the quantile is in the +Inf bucket."""
-    total = counts[-1] if len(counts) else 0
-    if total <= 0:
-        return None
-    rank = q * total
-    i = min(int(np.searchsorted(counts, rank, side="left")), len(bounds) - 1)
-    if not np.isfinite(bounds[i]):
-        return None
-    if upper:
-        return float(bounds[i])
-    lo_b = bounds[i - 1] if i > 0 else 0.0
-    lo_c = counts[i - 1] if i > 0 else 0.0
-    width = counts[i] - lo_c
-    return float(lo_b + (bounds[i] - lo_b) * ((rank - lo_c) / width if width > 0 else 1.0))
-
-
-def _histograms(cell: Any) -> dict[str, Any]:
-    if isinstance(cell, str):
-        try:
-            cell = json.loads(cell)
-        except ValueError:
-            return {}
-    return cell if isinstance(cell, dict) else {}
-
-
-def ttft_histogram_increase(server: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
-    """(bounds, cumulative counts) of the server's TTFT histogram over the run: last sample
-    minus first (the last alone if the engine restarted, i.e. counts went down). Reads the
-    bundle's `histograms_json` column (or `histograms`, as the exporter records it)."""
-    col = next((c for c in ("histograms_json", "histograms") if c in server.columns), None)
-    if col is None:
-        return None
-    up = server[server["up"].astype(bool)] if "up" in server.columns else server
-    rows = [h.get(TTFT_HISTOGRAM) for h in map(_histograms, up[col])]
-    rows = [r for r in rows if isinstance(r, dict) and r.get("bounds")]
-    if not rows:
-        return None
-    first, last = rows[0], rows[-1]
-    bounds = np.array([np.inf if str(b).lower() in ("+inf", "inf") else float(b) for b in last["bounds"]])
-    c_last, c_first = np.asarray(last["counts"], dtype=float), np.asarray(first["counts"], dtype=float)
-    counts = c_last - c_first if c_first.shape == c_last.shape and (c_last >= c_first).all() else c_last
-    return bounds, counts
+        return {
+            **asdict(self),
+            "reasons": [r.to_dict() for r in self.reasons],
+            "notes": [n.to_dict() for n in self.notes],
+        }
 
 
 def cpu_warnings(run: dict[str, Any], log_warnings: list[str] | None = None) -> list[str]:
@@ -159,7 +117,7 @@ def _distortion(values: np.ndarray, lag: np.ndarray) -> tuple[float, float]:
     return float(reported - corrected), float(corrected)
 
 
-def _queue_unknown(ok: pd.DataFrame, server: pd.DataFrame) -> str | None:
+def _queue_unknown(ok: pd.DataFrame, server: pd.DataFrame) -> Finding | None:
     """A note when the server's per-request timings leave out queue time (llama.cpp's start
     when a slot takes the request): the client delay then includes any wait for a slot. When
     the server had requests waiting, that wait cannot be told from client lag, so the lag is
@@ -170,8 +128,13 @@ def _queue_unknown(ok: pd.DataFrame, server: pd.DataFrame) -> str | None:
     waiting = server["requests_waiting"] if "requests_waiting" in server.columns else pd.Series(dtype=float)
     base = "the server's per-request timings exclude queue time (they start when a slot takes the request)"
     if pd.to_numeric(waiting, errors="coerce").fillna(0).max() > 0:
-        return f"{base}; requests waited for a slot during the run, so client lag is not checked"
-    return f"{base}; no request waited for a slot, so the client delay is the client's"
+        return Finding(
+            "queue_time_unknown",
+            f"{base}; requests waited for a slot during the run, so client lag is not checked",
+        )
+    return Finding(
+        "queue_time_excluded", f"{base}; no request waited for a slot, so the client delay is the client's"
+    )
 
 
 def self_check(
@@ -183,8 +146,8 @@ def self_check(
     """Judge the run (see the module docstring for every threshold and its reason)."""
     requests = measured(all_requests)
     ok = requests[requests["ok"]]
-    reasons: list[str] = []
-    notes: list[str] = []
+    reasons: list[Finding] = []
+    notes: list[Finding] = []
     method, floor, l50, l99, s50 = "none", None, None, None, None
     distortions: dict[str, tuple[float, float]] = {}  # metric -> (distortion, corrected p99)
     per_req = _per_request(ok)
@@ -212,58 +175,79 @@ def self_check(
             if up99 is not None:
                 distortions = {"TTFT": (float(c99 - up99), up99)}
             notes.append(
-                "client delay from the server's TTFT histogram: a lower bound (bucket upper edges), no floor"
+                Finding(
+                    "lag_from_histogram",
+                    "client delay from the server's TTFT histogram: a lower bound (bucket upper edges), "
+                    "no floor",
+                )
             )
         elif timed := int(ok["server_ttft_s"].notna().sum()):
             notes.append(
-                f"server TTFT for {timed} request(s), fewer than the {MIN_REQUESTS} a check needs: "
-                "client delay not checked"
+                Finding(
+                    "server_ttft_too_few",
+                    f"server TTFT for {timed} request(s), fewer than the {MIN_REQUESTS} a check needs: "
+                    "client delay not checked",
+                )
             )
         else:
-            notes.append("no server TTFT (per request or histogram): client delay not checked")
+            notes.append(
+                Finding(
+                    "no_server_ttft", "no server TTFT (per request or histogram): client delay not checked"
+                )
+            )
     if method == "per_request" and (queue := _queue_unknown(ok, server)) is not None:
         notes.append(queue)
-        if "not checked" in queue:
+        if queue.code == "queue_time_unknown":
             l50 = l99 = None
             distortions = {}
     saturated = l50 is not None and l50 > LAG_S
     if saturated:
         reasons.append(
-            f"the client read the typical request {l50 * 1000:.0f} ms late "
-            f"(lag p50 > {LAG_S * 1000:.0f} ms): "
-            "it was saturated (or the server's HTTP layer was); add Locust workers (--workers) or "
-            "lower the users per worker"
+            Finding(
+                "client_lag_typical",
+                f"the client read the typical request {l50 * 1000:.0f} ms late "
+                f"(lag p50 > {LAG_S * 1000:.0f} ms): "
+                "it was saturated (or the server's HTTP layer was); add Locust workers (--workers) or "
+                "lower the users per worker",
+            )
         )
     for metric, (moved, corrected) in distortions.items():
         limit = max(LAG_S, TAIL_SHARE * corrected)
         if moved > limit and not saturated:
             reasons.append(
-                f"client lag moved the {metric} p99 by {moved * 1000:.0f} ms (> {limit * 1000:.0f} ms = "
-                f"max(50 ms, 10% of {corrected * 1000:.0f} ms)): add Locust workers or lower users per worker"
+                Finding(
+                    "client_lag_moved_p99",
+                    f"client lag moved the {metric} p99 by {moved * 1000:.0f} ms (> {limit * 1000:.0f} ms = "
+                    f"max(50 ms, 10% of {corrected * 1000:.0f} ms)): add Locust workers or lower users "
+                    "per worker",
+                    subject=metric,
+                )
             )
     lag = clean(requests["schedule_lag_s"].to_numpy(float))
     sched99 = float(np.percentile(lag, 99)) if lag.size else None
     if sched99 is not None and sched99 > SCHEDULE_LAG_S:
         reasons.append(
-            f"open-loop schedule lag p99 is {sched99 * 1000:.0f} ms "
-            f"(> {SCHEDULE_LAG_S * 1000:.0f} ms): requests "
-            "left late, so the offered load was lower than asked; add users (slots) or workers"
+            Finding(
+                "schedule_lag",
+                f"open-loop schedule lag p99 is {sched99 * 1000:.0f} ms "
+                f"(> {SCHEDULE_LAG_S * 1000:.0f} ms): requests "
+                "left late, so the offered load was lower than asked; add users (slots) or workers",
+            )
         )
     cpu = cpu_warnings(run or {}, log_warnings)
     if cpu:
-        reasons.append(f"the load generator warned about its CPU ({cpu[0]})")
+        reasons.append(Finding("load_generator_cpu", f"the load generator warned about its CPU ({cpu[0]})"))
     n_client_err = int((requests["error_class"] == "client_error").sum())
     if n_client_err:
-        reasons.append(f"{n_client_err} request(s) failed inside the client (client_error)")
+        reasons.append(
+            Finding("client_errors", f"{n_client_err} request(s) failed inside the client (client_error)")
+        )
     if ok.empty:
-        reasons.append("no request succeeded: there is nothing to measure")
+        reasons.append(Finding("no_success", "no request succeeded: there is nothing to measure"))
     bunched = bunching(ok, server, l50 if method == "per_request" else None)
-    if bunched.cause == "client":
-        reasons.append(bunched.sentence())
-    elif bunched.cause != "none":
-        notes.append(bunched.sentence())
-    warm = unexpected_hits(ok, run or {})
-    if warm:
+    if (found := bunched.finding()) is not None:
+        (reasons if found.code == "bunched_by_client" else notes).append(found)
+    if (warm := unexpected_hits(ok, run or {})) is not None:
         notes.append(warm)
     return SelfCheck(
         reliable=not reasons,

@@ -23,8 +23,10 @@ from harness.analysis.latency import analyse_latency, window_bounds
 from harness.analysis.selfcheck import self_check
 from harness.analysis.server import clip_to_window, summarise_server, timeline
 from harness.analysis.server_split import server_split
+from harness.analysis.sessions import session_summary
 from harness.analysis.slo import Slos, parse_slos
 from harness.analysis.stats import distribution
+from harness.bundle.finding import read_findings, texts
 from harness.bundle.jsonfile import json_safe, write_json
 from harness.bundle.read import Bundle, measured, read_bundle
 from harness.bundle.schema import SUMMARY
@@ -83,7 +85,7 @@ def run_info(run: dict[str, Any], bundle: Bundle) -> dict[str, Any]:
         "start": run.get("started_unix") or run.get("start"),
         "end": run.get("ended_unix") or run.get("end"),
         "status": run.get("status"),
-        "notes": list(run.get("notes") or []),
+        "notes": [n.to_dict() for n in read_findings(run.get("notes"))],
         "path": str(bundle.path) if bundle.path else None,
     }
 
@@ -123,6 +125,7 @@ def summarize(bundle: Bundle | str | Path, slos: Slos | str | None = None) -> di
         "selfcheck": check.to_dict(),
         "server_split": server_split(b.requests, b.spans).to_dict(),
         "spans": b.run.get("spans"),  # the receiver's counts and the join's (bundle.spans), or None
+        "sessions": session_summary(b),  # multi-turn and agentic runs (analysis.sessions), or None
     }
     out["client"] = client_block(b.requests, out)
     out["headline"] = headline_figures(out)
@@ -215,8 +218,10 @@ def verdicts(s: dict[str, Any]) -> list[str]:
         lines.append(s["kv_band_verdict"])
     if s["preemption"].get("onset_unix") is not None:
         lines.append(s["preemption"]["verdict"])
+    if (s.get("sessions") or {}).get("verdict"):
+        lines.append(s["sessions"]["verdict"])
     if not s["reliable"]:
-        lines.append("UNRELIABLE: " + "; ".join(s["selfcheck"]["reasons"]))
+        lines.append("UNRELIABLE: " + "; ".join(texts(s["selfcheck"]["reasons"])))
     return lines
 
 

@@ -153,7 +153,9 @@ def verify_bundle(folder) -> int:
     except NotRerunnable as exc:
         return _error(f"--verify: {exc}")
     print(f"wrote the checks into {folder / 'advice.json'} and {folder / 'report.html'}")
-    return 130 if any("interrupted" in n for n in advice.get("notes", []) if n.startswith("verify:")) else 0
+    from harness.bundle.finding import codes
+
+    return 130 if "verify_interrupted" in codes(advice.get("notes")) else 0
 
 
 def _bundle(args: argparse.Namespace) -> int:

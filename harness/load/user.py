@@ -74,6 +74,7 @@ class LLMUser(FastHttpUser):
     abstract = True
     workload: ClassVar[str] = "custom"
     probe_in_system: ClassVar[bool] = False  # calibrate with the text in a system message
+    keeps_answer: ClassVar[bool] = False  # collect each answer's text for `finished` (sessions)
 
     def __init__(self, environment: Any) -> None:
         ctx = context(environment)
@@ -96,15 +97,21 @@ class LLMUser(FastHttpUser):
 
     # -- what to send (workloads override) -----------------------------------------------
 
-    def next_request(self) -> RequestSpec:
+    def next_request(self) -> RequestSpec | None:
+        """The next request of a closed loop; None: nothing to send now (look again later)."""
         raise NotImplementedError
+
+    def finished(self, spec: RequestSpec, rec: RequestRecord, answer: str | None) -> None:
+        """Called for every request just before its record is reported (also when the run
+        ends it mid-stream), with its answer's text when `keeps_answer`: session workloads
+        append the answer to the conversation and fill in the record's session columns."""
 
     def offsets(self) -> Iterable[tuple[float, Any]] | None:
         """The global open-loop schedule (offset seconds, payload), or None for a closed loop."""
         o = self.ctx.opts
         return make_offsets(o.arrival, o.rate, o.seed) if o.rate > 0 else None
 
-    def request_for_slot(self, slot: Slot) -> RequestSpec:
+    def request_for_slot(self, slot: Slot) -> RequestSpec | None:
         return self.next_request()
 
     def option(self, dest: str) -> Any:
@@ -147,14 +154,17 @@ class LLMUser(FastHttpUser):
                 self._sleep(time.time() + self.rng.uniform(0.0, START_STAGGER_S))
                 if ctx.draining:
                     return
-            self.send(self.next_request())
+            spec = self.next_request()
+            if spec is not None:
+                self.send(spec)
             return
         slot = ctx.schedule.claim()
         if slot is None:
             return
         self._sleep(slot.scheduled_unix)
-        if not ctx.draining:
-            self.send(self.request_for_slot(slot), slot)
+        spec = None if ctx.draining else self.request_for_slot(slot)
+        if spec is not None:
+            self.send(spec, slot)
 
     def _sleep(self, until_unix: float) -> None:
         """Sleep until `until_unix` in short steps, so a drain (or a graceful stop) is not kept
@@ -228,23 +238,28 @@ class LLMUser(FastHttpUser):
             **record_columns(request_body),
         )
         ctx.in_flight += 1
+        answer: list[str] | None = [] if self.keeps_answer else None
         try:
-            self._stream(payload, rec, slot)
+            self._stream(payload, rec, slot, answer)
         except GreenletExit:
             # Locust is stopping this user mid-request (the drain timed out): record the
             # request as aborted, as the server will count it, then let the kill proceed.
             rec.e2e_s = time.time() - rec.send_time_unix if rec.send_time_unix else 0.0
             rec.set_error("aborted", "the run ended while the request was in flight (see --drain-timeout)")
+            self.finished(spec, rec, None)
             self._report(rec)
             raise
         except Exception as exc:  # our bug, not the server's: record it rather than lose the request
             rec.set_error("client_error", repr(exc))
         finally:
             ctx.in_flight -= 1
+        self.finished(spec, rec, None if answer is None else "".join(answer))
         self._report(rec)
         return rec
 
-    def _stream(self, payload: bytes, rec: RequestRecord, slot: Slot | None) -> None:
+    def _stream(
+        self, payload: bytes, rec: RequestRecord, slot: Slot | None, answer: list[str] | None
+    ) -> None:
         rec.send_time_unix = time.time()
         start = time.perf_counter()
         if rec.phase == "measure" and rec.send_time_unix < self.ctx.warmup_end_unix:
@@ -270,7 +285,7 @@ class LLMUser(FastHttpUser):
             rec.e2e_s = time.perf_counter() - start
             rec.set_error(http_error_class(status) or "http_4xx", f"HTTP {status}: {_error_text(resp)}")
             return
-        state = StreamState(start=start)
+        state = StreamState(start=start, answer=answer)
         try:
             read_stream(resp.stream, time.perf_counter, state, rec, self.ctx.opts.request_timeout)
         except Exception as exc:

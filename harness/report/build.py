@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.advisor.record import read_advice
+from harness.advisor.record import Advice, read_advice
 from harness.analysis.latency import itl_values, throughput_over_time, window_bounds
 from harness.analysis.server import clip_to_window, timeline
 from harness.analysis.slo import Slos, parse_slos, per_request_metrics
@@ -19,8 +19,9 @@ from harness.bundle.schema import SWEEP_JSON
 from harness.report import plots
 from harness.report.content import run_document
 from harness.report.document import Document
-from harness.report.sweep_content import sweep_document
-from harness.report.verify_section import add_verify_section
+from harness.report.run_report import RunReport
+from harness.report.sweep_content import SweepReport, sweep_document
+from harness.report.verify_section import verify_figures
 
 
 def run_figures(bundle: Bundle, slos: Slos) -> tuple[dict[str, Any], dict[str, str]]:
@@ -69,14 +70,14 @@ def sweep_figures(d: Path, sw: dict[str, Any]) -> dict[str, str]:
     return {"sweep": str(path.relative_to(d))} if path else {}
 
 
-def build_document(d: Path, advice_markdown: str | None, slos: Slos | str | None) -> Document:
-    advice = read_advice(d)
+def build_document(d: Path, advice: Advice | None, slos: Slos | str | None) -> Document:
+    """`advice` as the advisor just made it, else the folder's advice.json (if any)."""
+    advice = advice if advice is not None else read_advice(d)
     if (d / SWEEP_JSON).exists():
         sw = read_json_object(d / SWEEP_JSON)
-        return sweep_document(sw, sweep_figures(d, sw), advice_markdown, advice)
+        return sweep_document(SweepReport(sw, sweep_figures(d, sw), advice))
     bundle = read_bundle(d)
     s = parse_slos(slos) if isinstance(slos, str) else (slos or slos_from_run(bundle.run))
     summary, figures = run_figures(bundle, s)
-    doc = run_document(summary, figures, advice_markdown, advice)
-    add_verify_section(doc, advice, d)
-    return doc
+    figures.update(verify_figures(advice, d))
+    return run_document(RunReport(summary, figures, advice))

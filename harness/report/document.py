@@ -1,10 +1,10 @@
-"""A report as data: sections of paragraphs, bullet lists, tables, images and advisor markdown.
+"""A report as data: sections of paragraphs, bullet lists, tables, images and sub-headings.
 
 Both renderers (markdown.py, html.py) walk the same Document, so report.md and report.html
-cannot disagree. Invariant: every string in Para/Bullets/Table is *plain text*, never markup
-(model names, targets, error messages come from the server and may contain anything); the
-renderers escape it. Only `AdvisorMarkdown` carries markup, and html.py converts it with an
-escape-first converter, so it cannot inject HTML either.
+cannot disagree; the advice is built into these blocks too (advice.py), never as Markdown.
+Invariant: every string in a block is *plain text*, never markup (model names, targets,
+error messages come from the server and may contain anything); the renderers escape it.
+A new kind of block is one dataclass here and one function in each renderer.
 """
 
 from __future__ import annotations
@@ -37,11 +37,13 @@ class Image:
 
 
 @dataclass(frozen=True, slots=True)
-class AdvisorMarkdown:
+class Heading:
+    """A heading inside a section (one level below the section's title), e.g. one verdict."""
+
     text: str
 
 
-Block = Para | Bullets | Table | Image | AdvisorMarkdown
+Block = Para | Bullets | Table | Image | Heading
 
 
 @dataclass(slots=True)
@@ -55,8 +57,3 @@ class Document:
     title: str
     subtitle: list[str] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
-
-    def section(self, title: str) -> Section:
-        s = Section(title)
-        self.sections.append(s)
-        return s

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness.formatting import ms_cell, pct
-from harness.report.document import Bullets, Document, Para, Table
+from harness.report.document import Bullets, Para, Section, Table
+from harness.report.run_report import RunReport
 
 SPLIT_HEADERS = ["client E2E band", "requests", "E2E p50 ms", "queue p50 ms", "prefill p50 ms",
                  "decode p50 ms", "queue share of server E2E"]  # fmt: skip
@@ -33,40 +34,45 @@ def source_sentence(split: dict[str, Any]) -> str:
     return "Server figures per request: " + ("; ".join(parts) if parts else "none") + "."
 
 
-def add_server_timing(doc: Document, s: dict[str, Any]) -> None:
+def server_split_section(r: RunReport) -> Section | None:
+    s = r.summary
     split = s.get("server_split") or {}
     spans = s.get("spans")
     if not split.get("rows") and not spans:
-        return
-    sec = doc.section("Server-side split by latency band")
+        return None
+    sec = Section("Server-side split by latency band")
     if split.get("rows"):
         sec.blocks.append(
             Table(
                 SPLIT_HEADERS,
                 [
                     [
-                        r["band"],
-                        str(r["requests"]),
-                        ms_cell(r["e2e_p50_s"]),
-                        ms_cell(r["queue_p50_s"]),
-                        ms_cell(r["prefill_p50_s"]),
-                        ms_cell(r["decode_p50_s"]),
-                        pct(r["queue_share_p50"]),
+                        row["band"],
+                        str(row["requests"]),
+                        ms_cell(row["e2e_p50_s"]),
+                        ms_cell(row["queue_p50_s"]),
+                        ms_cell(row["prefill_p50_s"]),
+                        ms_cell(row["decode_p50_s"]),
+                        pct(row["queue_share_p50"]),
                     ]
-                    for r in split["rows"]
+                    for row in split["rows"]
                 ],
                 "successful requests banded by client E2E percentile; medians of the server's own figures",
             )
         )
     sec.blocks.append(Para(source_sentence(split)))
     if spans:
-        join, receiver = spans.get("join") or {}, spans.get("receiver") or {}
-        items = [
-            f"{join.get('joined', 0)} of {join.get('ok_traced', 0)} successful traced requests joined to a "
-            f"span by trace id; {join.get('missing', 0)} without a span, "
-            f"{join.get('unknown_trace', 0)} spans of unknown trace ids, "
-            f"{join.get('extra_same_trace', 0)} extra spans of a joined trace"
-        ]
-        refused = [f"{receiver[k]} {label}" for k, label in RECEIVER_REASONS if receiver.get(k)]
-        items.append("receiver: " + (", ".join(refused) if refused else "nothing refused or dropped"))
-        sec.blocks.append(Bullets(items))
+        sec.blocks.append(Bullets(_span_items(spans)))
+    return sec
+
+
+def _span_items(spans: dict[str, Any]) -> list[str]:
+    join, receiver = spans.get("join") or {}, spans.get("receiver") or {}
+    refused = [f"{receiver[k]} {label}" for k, label in RECEIVER_REASONS if receiver.get(k)]
+    return [
+        f"{join.get('joined', 0)} of {join.get('ok_traced', 0)} successful traced requests joined to a "
+        f"span by trace id; {join.get('missing', 0)} without a span, "
+        f"{join.get('unknown_trace', 0)} spans of unknown trace ids, "
+        f"{join.get('extra_same_trace', 0)} extra spans of a joined trace",
+        "receiver: " + (", ".join(refused) if refused else "nothing refused or dropped"),
+    ]

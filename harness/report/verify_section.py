@@ -1,8 +1,9 @@
 """The report's "Advice checked on the server" section (`kvscope advise --verify`): per verdict
 whose change was applied, predicted against measured side by side (the run as it was, the
 unchanged configuration rerun, the replay's prediction, the rerun with the change, and the
-error), a figure of the same for preemptions, TTFT p99 and the prefix hit ratio, and the
-verdicts that could not be applied with why. Absent when no verdict has a check.
+error), a figure of the same for preemptions, TTFT p99 and the prefix hit ratio (drawn with
+the report's other figures: `verify_figures`), and the verdicts that could not be applied,
+with why. No section when no verdict has a check.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from harness.advisor.check_text import fmt
+from harness.advisor.check_text import fmt, reason_text
 from harness.advisor.record import Advice
-from harness.report.document import Block, Bullets, Document, Image, Para, Section, Table
+from harness.report.document import Block, Bullets, Image, Para, Section, Table
 from harness.report.plots import save
+from harness.report.run_report import RunReport
 
 TITLE = "Advice checked on the server"
 ROWS = ("preemptions", "ttft_p50_s", "ttft_p99_s", "output_tokens_per_s", "prefix_hit_ratio")
@@ -32,6 +34,7 @@ SERIES = (
     ("measured", "measured"),
 )
 PLOT_FILE = "plots/verify.png"
+FIGURE = "verify"
 
 
 def _applied(advice: Advice) -> list[tuple[str, dict[str, Any]]]:
@@ -59,9 +62,16 @@ def verify_plot(checks: list[tuple[str, dict[str, Any]]], path: Path) -> Path | 
     return save(fig, path)
 
 
-def verify_blocks(advice: Advice | None, folder: Path) -> list[Block]:
+def verify_figures(advice: Advice | None, folder: Path) -> dict[str, str]:
+    """{"verify": the figure's path in the folder} when some verdict's change was measured."""
+    checks = _applied(advice) if advice is not None else []
+    return {FIGURE: PLOT_FILE} if verify_plot(checks, folder / PLOT_FILE) is not None else {}
+
+
+def verify_section(r: RunReport) -> Section | None:
+    advice = r.advice
     if advice is None or not any(v.check for v in advice.verdicts):
-        return []
+        return None
     checks = _applied(advice)
     rows = [
         [
@@ -86,22 +96,21 @@ def verify_blocks(advice: Advice | None, folder: Path) -> list[Block]:
     if rows:
         headers = ["verdict", "metric", *(n for _, n in SERIES), "error", "status"]
         blocks.append(Table(headers, rows))
-        if verify_plot(checks, folder / PLOT_FILE) is not None:
-            blocks.append(Image(PLOT_FILE, "predicted against measured, per verdict"))
+    if FIGURE in r.figures:
+        blocks.append(Image(r.figures[FIGURE], "predicted against measured, per verdict"))
+    misses = [
+        f"{action}: {m['subject']} predicted {fmt(m['subject'], m['predicted'])}, measured "
+        f"{fmt(m['subject'], m['measured'])}: {m['text']}"
+        for action, c in checks
+        for m in c.get("misses") or []
+    ]
+    if misses:
+        blocks += [Para("Predictions off by more than 30%, and the likeliest cause:"), Bullets(misses)]
     others = [
-        f"{v.action}: {v.check['status']}: {v.check.get('reason')}"
+        f"{v.action}: {v.check['status']}: {reason_text(v.check)}"
         for v in advice.verdicts
         if v.check and not v.check.get("measured")
     ]
     if others:
         blocks.append(Bullets(others))
-    return blocks
-
-
-def add_verify_section(doc: Document, advice: Advice | None, folder: Path) -> None:
-    """After the Advice section (at the end without one)."""
-    blocks = verify_blocks(advice, folder)
-    if not blocks:
-        return
-    at = next((i + 1 for i, s in enumerate(doc.sections) if s.title == "Advice"), len(doc.sections))
-    doc.sections.insert(at, Section(TITLE, blocks))
+    return Section(TITLE, blocks)

@@ -30,6 +30,7 @@ from harness.run.kv_events import AUTO, for_target
 from harness.run.otlp_config import OtlpConfig, otlp_config
 from harness.run.outcome import DEFAULT_MAX_ERROR_RATE
 from harness.run.serve import ServeCommand, parse_serve
+from harness.workload.conversations import load_conversations
 from harness.workload.options import (
     API_KEY_ENV,
     DRAIN_TIMEOUT_S,
@@ -237,6 +238,11 @@ def from_args(args: argparse.Namespace) -> RunConfig:
     forwarded = workload_argv(args, workload)
     if workload == "replay" and not getattr(args, "trace", None):
         raise ConfigError("the replay workload needs --trace FILE")
+    if workload == "multi_turn" and getattr(args, "dataset", None):
+        try:  # here, not in every Locust worker after the engine has loaded
+            load_conversations(args.dataset)
+        except ValueError as exc:
+            raise ConfigError(f"--dataset: {exc}") from None
     duration_s = duration(args.duration, "--duration")
     rate = float(args.rate) if args.rate is not None else float(WORKLOADS[workload].defaults.get("rate", 0.0))
     if rate < 0 or not math.isfinite(rate):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.bundle.finding import texts
 from harness.formatting import ms
 
 
@@ -18,9 +19,9 @@ def self_check_line(summary: dict) -> str:
     verdict = (
         "self-check: reliable (the client kept up)"
         if summary.get("reliable", True)
-        else "self-check: UNRELIABLE: " + "; ".join(check.get("reasons") or ["see the report"])
+        else "self-check: UNRELIABLE: " + "; ".join(texts(check.get("reasons")) or ["see the report"])
     )
-    return "\n".join([verdict, *(f"  note: {n}" for n in check.get("notes") or [])])
+    return "\n".join([verdict, *(f"  note: {n}" for n in texts(check.get("notes")))])
 
 
 def print_summary(summary: dict, out: Path) -> None:

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from harness.analysis.summary import summarize
+from harness.bundle.finding import Finding
 from harness.bundle.jsonfile import read_json_object, write_json
 from harness.bundle.read import read_bundle
 from harness.bundle.schema import RUN_JSON, SUMMARY
@@ -36,11 +37,11 @@ def run_info(run: Run, failure: RunFailed | None, master_rc: int | None) -> dict
         run.paths["exporter"],
         cfg.deployment_text,
     )
-    run.notes += conflicts
+    run.notes += [Finding("deployment_replaced", c) for c in conflicts]
     return {
         "status": "failed" if failure else "interrupted" if run.interrupts else "completed",
         "failure": str(failure) if failure else None,
-        "notes": run.notes,
+        "notes": [n.to_dict() for n in run.notes],
         "seed": cfg.seed,
         "started_unix": run.started_unix,
         "ended_unix": ended,

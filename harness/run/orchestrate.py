@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 
+from harness.bundle.finding import Finding
 from harness.run import kv_events, otlp, procs
 from harness.run.commands import (
     LOOPBACK,
@@ -208,9 +209,12 @@ def check_exporter(run: Run, deadline: float) -> None:
     elif not child.running or time.monotonic() > deadline:
         run.exporter_ok = False
         run.notes.append(
-            "the exporter did not come up; server.parquet has no samples (see logs/exporter.log)"
+            Finding(
+                "exporter_down",
+                "the exporter did not come up; server.parquet has no samples (see logs/exporter.log)",
+            )
         )
-        run.say(f"warning: {run.notes[-1]}\n{child.log_tail(5)}")
+        run.say(f"warning: {run.notes[-1].text}\n{child.log_tail(5)}")
 
 
 def start_locust(run: Run) -> None:
@@ -268,18 +272,28 @@ def watch(run: Run) -> None:
         )
         workers_gone_at = (workers_gone_at or now) if locals_gone else None
         if workers_gone_at and now - workers_gone_at > 15.0 and term_deadline is None:
-            run.notes.append("the local workers exited but the master did not; see logs/locust-worker*.log")
+            run.notes.append(
+                Finding(
+                    "workers_lost",
+                    "the local workers exited but the master did not; see logs/locust-worker*.log",
+                )
+            )
             master.send_signal(signal.SIGTERM)
             term_deadline = now + 20.0
         if run.interrupts > 1 and run.aborted_at is None:
             run.aborted_at = now
             master.send_signal(ABORT_SIGNAL)
         if run.aborted_at is not None and now - run.aborted_at > ABORT_GRACE_S:
-            run.notes.append(f"Locust was killed {ABORT_GRACE_S:g} s after the second Ctrl-C")
+            run.notes.append(
+                Finding(
+                    "locust_killed_after_abort",
+                    f"Locust was killed {ABORT_GRACE_S:g} s after the second Ctrl-C",
+                )
+            )
             master.send_signal(signal.SIGKILL)
             break
         if now > hard_deadline or (term_deadline and now > term_deadline):
-            run.notes.append("Locust was killed (did not stop in time)")
+            run.notes.append(Finding("locust_killed_late", "Locust was killed (did not stop in time)"))
             master.send_signal(signal.SIGKILL)
             break
         check_exporter(run, exporter_deadline)
@@ -330,7 +344,10 @@ def stop_at_once(run: Run) -> int | None:
         child.wait(max(0.0, deadline - time.monotonic()))
         child.stop(signal.SIGKILL, timeout_s=1.0)
     run.notes.append(
-        f"stopped at once after a second Ctrl-C: children gone "
-        f"{time.monotonic() - (run.aborted_at or time.monotonic()):.1f} s after it"
+        Finding(
+            "stopped_at_once",
+            f"stopped at once after a second Ctrl-C: children gone "
+            f"{time.monotonic() - (run.aborted_at or time.monotonic()):.1f} s after it",
+        )
     )
     return master.returncode if master else None

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.bundle.finding import Finding
 from harness.bundle.spans import RAW_DIR
 from harness.otlp.sink import ENDPOINT_FILE
 from harness.run import procs
@@ -115,8 +116,13 @@ def wait_for_spans(run: Run) -> None:
     if child is None or cfg is None:
         return
     if not child.running:
-        run.notes.append(f"the OTLP receiver exited during the run (status {child.returncode}); see its log")
-        run.say(f"warning: {run.notes[-1]}")
+        run.notes.append(
+            Finding(
+                "otlp_receiver_exited",
+                f"the OTLP receiver exited during the run (status {child.returncode}); see its log",
+            )
+        )
+        run.say(f"warning: {run.notes[-1].text}")
         return
     want = expected_spans(run)
     deadline = time.monotonic() + cfg.grace_s
@@ -127,10 +133,13 @@ def wait_for_spans(run: Run) -> None:
     child.send_signal(signal.SIGUSR1)
     if got < want:
         run.notes.append(
-            f"{want - got} of {want} successful requests had no server span within the "
-            f"{cfg.grace_s:g} s grace period (--otlp-grace)"
+            Finding(
+                "spans_missing",
+                f"{want - got} of {want} successful requests had no server span within the "
+                f"{cfg.grace_s:g} s grace period (--otlp-grace)",
+            )
         )
-        run.say(f"warning: {run.notes[-1]}")
+        run.say(f"warning: {run.notes[-1].text}")
 
 
 def stop_receiver(run: Run) -> None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from harness.bundle.finding import Finding, texts
+
 DEFAULT_MAX_ERROR_RATE = 0.01
 
 
@@ -49,7 +51,7 @@ EXIT_HELP = "exit status:\n" + "\n".join(
 @dataclass(frozen=True, slots=True)
 class Outcome:
     code: Exit
-    reason: str
+    reason: Finding  # run.json's exit.reason: {"code": "error_rate_over_limit", "text": ...}
 
     @property
     def status(self) -> str:
@@ -57,11 +59,11 @@ class Outcome:
         return self.code.name.lower()
 
     def to_json(self) -> dict[str, Any]:
-        return {"code": int(self.code), "status": self.status, "reason": self.reason}
+        return {"code": int(self.code), "status": self.status, "reason": self.reason.to_dict()}
 
     def line(self) -> str:
         """The console's last line."""
-        return f"exit {int(self.code)} ({self.status}): {self.reason}"
+        return f"exit {int(self.code)} ({self.status}): {self.reason.text}"
 
 
 def judge(
@@ -78,29 +80,46 @@ def judge(
     (None when the bundle could not be written)."""
     if failure is not None:
         code = Exit(failure[0]) if failure[0] in Exit._value2member_map_ else Exit.FAILED
-        return Outcome(code, failure[1])
+        return Outcome(code, Finding("run_failed", failure[1]))
     if summary is None:
-        return Outcome(Exit.FAILED, "the bundle could not be written; the raw files are kept")
+        return Outcome(
+            Exit.FAILED,
+            Finding("bundle_not_written", "the bundle could not be written; the raw files are kept"),
+        )
     if interrupted:
-        return Outcome(Exit.INTERRUPTED, "interrupted; the bundle holds what was measured until then")
+        return Outcome(
+            Exit.INTERRUPTED,
+            Finding("interrupted", "interrupted; the bundle holds what was measured until then"),
+        )
     errors = summary.get("errors") or {}
     total, failed = int(errors.get("total") or 0), int(errors.get("failed") or 0)
     by_class = ", ".join(f"{k} {v}" for k, v in (errors.get("by_class") or {}).items()) or "none"
     if not target_answers:
         return Outcome(
             Exit.TARGET_UNREACHABLE,
-            f"the target stopped answering during the run ({failed} of {total} requests failed: {by_class})",
+            Finding(
+                "target_lost",
+                f"the target stopped answering during the run "
+                f"({failed} of {total} requests failed: {by_class})",
+            ),
         )
     if not total:
-        return Outcome(Exit.ERRORS, "no request was sent")
+        return Outcome(Exit.ERRORS, Finding("no_request_sent", "no request was sent"))
     ok = total - failed
     if ok == 0 or failed / total > max_error_rate:
         return Outcome(
             Exit.ERRORS,
-            f"{failed} of {total} requests failed ({failed / total:.1%} > --max-error-rate "
-            f"{max_error_rate:.1%}; {by_class})",
+            Finding(
+                "error_rate_over_limit",
+                f"{failed} of {total} requests failed ({failed / total:.1%} > --max-error-rate "
+                f"{max_error_rate:.1%}; {by_class})",
+            ),
         )
     check = summary.get("selfcheck") or {}
     if fail_on_unreliable and not summary.get("reliable", True):
-        return Outcome(Exit.UNRELIABLE, "unreliable: " + "; ".join(check.get("reasons") or ["see report"]))
-    return Outcome(Exit.COMPLETED, f"{ok} requests succeeded, {failed} failed (limit {max_error_rate:.1%})")
+        why = "; ".join(texts(check.get("reasons")) or ["see report"])
+        return Outcome(Exit.UNRELIABLE, Finding("unreliable_measurement", f"unreliable: {why}"))
+    return Outcome(
+        Exit.COMPLETED,
+        Finding("completed", f"{ok} requests succeeded, {failed} failed (limit {max_error_rate:.1%})"),
+    )

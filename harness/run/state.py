@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bundle.deployment import DeploymentFacts
+from harness.bundle.finding import Finding
 from harness.run import procs
 from harness.run.config import RunConfig
 from harness.run.serve import ServeCommand
@@ -33,7 +34,7 @@ class Run:
     exporter_url: str | None = None
     exporter_ok: bool | None = None  # None: not confirmed yet
     master_port: int = 0
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)  # run.json notes
     models: list[dict] = field(default_factory=list)
     stated: DeploymentFacts | None = None  # what a --target stated at the start (server_facts)
     kv_events: list[str] = field(default_factory=list)  # the exporter's --kv-events values

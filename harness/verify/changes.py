@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.bundle.finding import Finding
 from harness.run.serve import Engine
 
 SAME_MEMORY_NOTE = "the same memory holds the larger pool"
@@ -39,8 +40,11 @@ class FlagChange:
 
 @dataclass(frozen=True, slots=True)
 class NotApplicable:
-    reason: str
-    code: str
+    reason: Finding
+
+    @property
+    def code(self) -> str:
+        return self.reason.code
 
 
 def _pool(engine: Engine, blocks: int, block_size: int) -> list[tuple[str, str | None]]:
@@ -57,18 +61,24 @@ def flag_change(
     """The flags that apply `change` (a verdict's replayed change, as advice.json records it)
     on `engine`; `run_flags` are the command's current values (llama.cpp's -c, -np)."""
     if engine == "other":
-        return NotApplicable("kvscope does not know this server's flags", "verify_unknown_engine")
+        return NotApplicable(Finding("verify_unknown_engine", "kvscope does not know this server's flags"))
     if action in ("make_prefix_identical", "route_by_prefix"):
         what = "the prompts" if action == "make_prefix_identical" else "a router in front of replicas"
-        return NotApplicable(f"a change to {what}, not to the server's flags", "verify_not_a_server_change")
+        return NotApplicable(
+            Finding("verify_not_a_server_change", f"a change to {what}, not to the server's flags")
+        )
     if change.get("gpu") or change.get("tp") or (change.get("replicas") or 1) > 1:
         return NotApplicable(
-            "the change moves to other hardware (another GPU, tensor parallelism or replicas); "
-            "restarting this server cannot apply it",
-            "verify_other_hardware",
+            Finding(
+                "verify_other_hardware",
+                "the change moves to other hardware (another GPU, tensor parallelism or replicas); "
+                "restarting this server cannot apply it",
+            )
         )
     if change.get("gpu_memory_utilization") is not None:
-        return NotApplicable("a GPU memory fraction: this server sizes its pool otherwise", "verify_no_gpu")
+        return NotApplicable(
+            Finding("verify_no_gpu", "a GPU memory fraction: this server sizes its pool otherwise")
+        )
     flags: list[tuple[str, str | None]] = []
     if dtype := change.get("kv_cache_dtype"):
         if engine == "llamacpp":
@@ -81,7 +91,9 @@ def flag_change(
         if engine == "llamacpp":
             ctx = int(run_flags.get("-c") or 0)
             if not ctx:
-                return NotApplicable("llama-server's -c is not in the command", "verify_flag_unknown")
+                return NotApplicable(
+                    Finding("verify_flag_unknown", "llama-server's -c is not in the command")
+                )
             flags.append(("-np", str(max(1, ctx // int(limit)))))
         else:
             flags.append(("--max-model-len", str(limit)))
@@ -89,7 +101,9 @@ def flag_change(
         seqs = str(change["max_num_seqs"])
         flags.append(("-np", seqs) if engine == "llamacpp" else ("--max-num-seqs", seqs))
     if not flags:
-        return NotApplicable("the verdict changes nothing a server flag sets", "verify_nothing_to_apply")
+        return NotApplicable(
+            Finding("verify_nothing_to_apply", "the verdict changes nothing a server flag sets")
+        )
     return FlagChange(tuple(flags))
 
 

@@ -10,9 +10,10 @@ replay predicted (advice.json, under each verdict).
     noise      |baseline - as_run|, per metric, at least NOISE_FLOOR
     confirmed  the measured effect (measured - as run) has the predicted direction on the
                verdict's deciding metric and is larger than that metric's noise
-    status     confirmed | refuted | not applicable, with a reason and a code
-    misses     each metric whose prediction is off by more than MISS_SHARE of the measured
-               value, by how much and the likeliest cause: within the run-to-run noise; the
+    status     confirmed | refuted | not applicable, and `reason`, a finding (code and text)
+    misses     findings about each metric (`subject`) whose prediction is off by more than
+               MISS_SHARE of the measured value: by how much, and the likeliest cause (the
+               code says which): within the run-to-run noise; the
                server stepping at another speed in the rerun than in the run the replay models
                (`speed`: the rerun's fitted step time over the run's, on the run's typical
                batch; a shared machine); else the replay's own model
@@ -29,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from harness.advisor.check_text import fmt
+from harness.bundle.finding import Finding
 from harness.verify.measure import METRICS
 
 CheckStatus = Literal["confirmed", "refuted", "not applicable"]
@@ -49,8 +51,7 @@ CURVE_METRIC = "prefix_hit_ratio"
 class Check:
     change: dict[str, Any]
     status: CheckStatus
-    reason: str
-    code: str
+    reason: Finding
     as_run: dict[str, Any] = field(default_factory=dict)
     baseline: dict[str, Any] = field(default_factory=dict)
     predicted: dict[str, Any] = field(default_factory=dict)
@@ -62,11 +63,15 @@ class Check:
     misses: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "reason": self.reason.to_dict()}
+
+    @property
+    def code(self) -> str:
+        return self.reason.code
 
 
-def not_applicable(change: dict[str, Any], reason: str, code: str) -> Check:
-    return Check(change, "not applicable", reason, code)
+def not_applicable(change: dict[str, Any], reason: Finding) -> Check:
+    return Check(change, "not applicable", reason)
 
 
 def predicted_metrics(verdict: dict[str, Any]) -> dict[str, Any]:
@@ -104,20 +109,22 @@ def _misses(
         if p is None or got is None or abs(p - got) <= MISS_SHARE * abs(got):
             continue
         if noise.get(m) is not None and abs(p - got) <= noise[m]:
-            cause, code = "within the run-to-run noise measured by the unchanged rerun", "verify_miss_noise"
+            cause = Finding(
+                "verify_miss_noise", "within the run-to-run noise measured by the unchanged rerun", m
+            )
         elif speed is not None and abs(speed - 1) > SPEED_SLACK:
             way = "slower" if speed > 1 else "faster"
-            cause = (
+            cause = Finding(
+                "verify_miss_speed",
                 f"the server stepped x{speed:.2f} {way} in this rerun than in the run the replay models "
-                "(a shared machine)"
+                "(a shared machine)",
+                m,
             )
-            code = "verify_miss_speed"
         else:
-            cause, code = "the replay's model of the server", "verify_miss_model"
+            cause = Finding("verify_miss_model", "the replay's model of the server", m)
         share = (p - got) / got if got else None
-        out.append(
-            {"metric": m, "predicted": p, "measured": got, "error_share": share, "cause": cause, "code": code}
-        )
+        found = cause.to_dict()
+        out.append({**found, "predicted": p, "measured": got, "error_share": share})
     return out
 
 
@@ -140,7 +147,9 @@ def judge_check(
     parts = dict(as_run=as_run, baseline=baseline, predicted=predicted, measured=measured, error=error)
     misses = _misses(predicted, measured, noise, speed)
     if effect is None or band is None:
-        return Check(change, "not applicable", f"{metric} was not measured", "verify_not_measured", **parts)
+        return Check(
+            change, "not applicable", Finding("verify_not_measured", f"{metric} was not measured"), **parts
+        )
     better = -effect if metric in LOWER_IS_BETTER else effect
     if verdict.get("action") == "kv_not_bottleneck":
         confirmed = better <= band
@@ -157,8 +166,7 @@ def judge_check(
     return Check(
         change,
         status,
-        what,
-        "verify_confirmed" if confirmed else "verify_refuted",
+        Finding("verify_confirmed", what, metric) if confirmed else Finding("verify_refuted", what, metric),
         **parts,
         noise=noise,
         decided_by=metric,

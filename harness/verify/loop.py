@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.advisor import run_inputs
+from harness.advisor.advice import write_advice
 from harness.advisor.check_text import check_line
-from harness.advisor.record import ADVICE_JSON
+from harness.advisor.record import ADVICE_JSON, read_advice
+from harness.bundle.finding import Finding
 from harness.bundle.jsonfile import read_json_object, write_json
 from harness.bundle.schema import RUN_JSON
 from harness.run.outcome import MEASURED, Exit
@@ -69,7 +71,9 @@ class Loop:
 
 def _failure(out: Path, code: int) -> str:
     try:
-        reason = (read_json_object(out / RUN_JSON).get("exit") or {}).get("reason") or ""
+        reason = Finding.from_json(
+            (read_json_object(out / RUN_JSON).get("exit") or {}).get("reason") or ""
+        ).text
     except Exception:  # no run.json: the rerun did not get that far
         reason = ""
     return f"the rerun exited {code}" + (f": {reason.splitlines()[0]}" if reason else "")
@@ -92,12 +96,14 @@ def _check(loop: Loop, verdict: dict[str, Any], block_size: int, as_run: dict, b
         change = {"num_blocks": verdict["projected"]["pool_blocks"]}
     flags = flag_change(verdict["action"], change, loop.engine, block_size, _command_flags(loop.run))  # type: ignore[arg-type]
     if isinstance(flags, NotApplicable):
-        return not_applicable({"label": change.get("label")}, flags.reason, flags.code)
+        return not_applicable({"label": change.get("label")}, flags.reason)
     applied = {"label": change.get("label"), "engine": loop.engine, "flags": flags.words()}
     measured, why, speed = loop.measure(verdict["action"], flags)
     if measured is None:
-        code = "verify_engine_refused" if "healthy" in why else "verify_rerun_failed"
-        return not_applicable(applied, f"the server did not run with the change: {why}", code)
+        text = f"the server did not run with the change: {why}"
+        refused = "healthy" in why
+        reason = Finding("verify_engine_refused", text) if refused else Finding("verify_rerun_failed", text)
+        return not_applicable(applied, reason)
     return judge_check(verdict, applied, as_run, baseline, measured, speed)
 
 
@@ -105,6 +111,7 @@ def verify(folder: Path) -> dict[str, Any]:
     """Run the loop on a bundle (see the module doc); returns advice.json's new content.
     ValueError (NotRerunnable) when the bundle's server cannot be restarted by kvscope."""
     from harness.postprocess import advise_and_report
+    from harness.report.advice import advice_markdown
     from harness.report.write import write_report
 
     run = read_json_object(folder / RUN_JSON)
@@ -121,27 +128,18 @@ def verify(folder: Path) -> dict[str, Any]:
         if loop.interrupted:
             break
         if baseline is None:
-            check = not_applicable(
-                {}, f"the unchanged configuration could not be rerun: {why}", "verify_no_baseline"
-            )
+            reason = Finding("verify_no_baseline", f"the unchanged configuration could not be rerun: {why}")
+            check = not_applicable({}, reason)
         else:
             check = _check(loop, v, block_size, as_run, baseline)
         v["check"] = check.to_json()
         loop.say(check_line(v["action"], v["check"]))
     if loop.interrupted:
-        advice.setdefault("notes", []).append("verify: interrupted; verdicts without a check were not rerun")
+        note = Finding("verify_interrupted", "verify: interrupted; verdicts without a check were not rerun")
+        advice.setdefault("notes", []).append(note.to_dict())
     write_json(folder / ADVICE_JSON, advice)
-    _rerender(folder)
-    write_report(folder)
+    made = read_advice(folder)  # the checks in the Advice section's Markdown and the report
+    if made is not None:
+        advice = write_advice(made, folder, advice_markdown(made))
+        write_report(folder, advice=made)
     return advice
-
-
-def _rerender(folder: Path) -> None:
-    """advice.json's Markdown again, now with the checks."""
-    from harness.advisor.markdown import render
-    from harness.advisor.record import read_advice
-
-    advice = read_advice(folder)
-    if advice is not None:
-        data = read_json_object(folder / ADVICE_JSON)
-        write_json(folder / ADVICE_JSON, {**data, "markdown": render(advice)})

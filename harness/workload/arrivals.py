@@ -9,7 +9,9 @@ so client saturation or too few in-flight slots show up in the data instead of v
 Distribution across workers: every worker generates the *same* global sequence (same seed,
 same start time `t0`) and takes every `worker_count`-th arrival starting at `worker_index`.
 The union over workers is therefore exactly the global schedule — a Poisson process stays
-Poisson, a constant rate stays evenly spaced — however many workers share it.
+Poisson, a constant rate stays evenly spaced — however many workers share it. A payload with
+a `shard` (a replayed session's turns) goes to worker `shard % worker_count` instead, so
+every turn of one session is sent by one process, in order.
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ class ArrivalSchedule:
                 break
             k = self._next_global
             self._next_global += 1
-            if k % self._count == self._index:
+            shard = getattr(payload, "shard", None)  # a payload may name its worker (trace sessions)
+            if (k if shard is None else shard) % self._count == self._index:
                 return Slot(k, self._t0 + offset, payload)
         return None
 

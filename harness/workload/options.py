@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from harness.workload.arrivals import ArrivalKind
+from harness.workload.distribution import at_least
 from harness.workload.record import Endpoint
 
 LOADTESTS = Path(__file__).resolve().parents[2] / "loadtests"
@@ -72,6 +73,22 @@ def _lengths(prompt: int, output: int) -> tuple[Option, Option, Option]:
         Option("--prompt-tokens", int, prompt, "mean prompt length in tokens, as the server counts them"),
         Option("--output-tokens", int, output, "mean tokens to generate per request (max_tokens)"),
         SPREAD,
+    )
+
+
+SESSIONS = Option(
+    "--sessions",
+    int,
+    0,
+    "end the run once this many sessions have ended, across all workers (0: run for the duration; "
+    "the duration stays the upper bound)",
+)
+DIST = "V, A-B (uniform), exp:MEAN or lognormal:MEAN,SIGMA"
+
+
+def _answer_tokens(default: str) -> Option:
+    return Option(
+        "--answer-tokens", at_least(1), default, f"tokens to ask for per answer (max_tokens): {DIST}"
     )
 
 
@@ -228,6 +245,70 @@ WORKLOADS: dict[str, WorkloadSpec] = {
                 ),
                 Option(
                     "--time-scale", float, 1.0, "multiply trace times by this (0.5 replays twice as fast)"
+                ),
+            ),
+            shares=True,
+        ),
+        WorkloadSpec(
+            "multi_turn",
+            "chat sessions: each turn re-sends the whole conversation (system prompt, earlier turns and "
+            "the server's answers) plus a new user message",
+            (
+                SESSIONS,
+                Option("--turns", at_least(1), "4", f"turns per session: {DIST}"),
+                Option("--user-tokens", at_least(1), "lognormal:64,0.8", f"tokens per user message: {DIST}"),
+                _answer_tokens("lognormal:200,0.6"),
+                Option("--system-tokens", int, 256, "tokens of the system prompt (0: none)"),
+                Option(
+                    "--system-prompts",
+                    int,
+                    1,
+                    "distinct system prompts the sessions share (1: all share one; 0: each session its own)",
+                ),
+                Option(
+                    "--turn-think-time",
+                    at_least(0),
+                    "1-3",
+                    f"seconds between an answer and the session's next message: {DIST} "
+                    "(--think-time is the pause between one session and the next)",
+                ),
+                Option(
+                    "--dataset",
+                    str,
+                    "",
+                    "ShareGPT-format JSON file: each session replays one conversation's human turns in order "
+                    "(the answers come from the server; their recorded lengths set max_tokens)",
+                ),
+            ),
+            shares=True,
+        ),
+        WorkloadSpec(
+            "agentic",
+            "agent loops: a long shared tool and system preamble, then many short calls, each appending "
+            "a tool result of a few hundred tokens to the growing context, with no think time",
+            (
+                SESSIONS,
+                Option("--steps", at_least(1), "8-16", f"calls per session: {DIST}"),
+                Option(
+                    "--preamble-tokens",
+                    int,
+                    2048,
+                    "tokens of the tool and system preamble all sessions share",
+                ),
+                Option(
+                    "--task-tokens",
+                    at_least(1),
+                    "64",
+                    f"tokens of the task message that opens a session: {DIST}",
+                ),
+                Option("--tool-tokens", at_least(1), "lognormal:300,0.5", f"tokens per tool result: {DIST}"),
+                _answer_tokens("16-48"),
+                Option(
+                    "--tool-role",
+                    str,
+                    "tool",
+                    "role of the tool-result messages (user: for chat templates that reject the tool role)",
+                    ("tool", "user"),
                 ),
             ),
             shares=True,

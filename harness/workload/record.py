@@ -24,6 +24,19 @@ columns freely, never rename or drop one. Invariants a record keeps:
   is read, "otlp:<format>" for a joined span (`harness.bundle.spans`); None without any.
 - `user_id` names the Locust user that sent the request; in a closed loop a user's requests
   go out one after the other, so the advisor replays them as a chain (None in older bundles).
+- `cached_tokens` is the prompt tokens the server reported cached, from whichever report it
+  gave: `usage.prompt_tokens_details.cached_tokens` (vLLM with
+  --enable-prompt-tokens-details, llama.cpp, the reference engine), else the per-request
+  timings (the reference engine's `kvscope` object, llama.cpp's `cache_n`), which also stay
+  in `server_cached_prompt_tokens`; None when the server reported neither.
+- Session workloads (`multi_turn`, `agentic`, a replayed trace with session ids) fill
+  `session_id` and `turn` (0-based, the order of the session's requests);
+  `history_hash` is the digest of the messages the turn continues (every message it sent
+  before its new one) and `conversation_hash` the digest of the messages it sent plus the
+  answer it got (`harness.workload.sessions.digest`), so a turn carried its session's whole
+  history exactly when its `history_hash` is the previous turn's `conversation_hash`.
+  `session_end` is set on a session's last request: why the session ended there
+  (`harness.workload.sessions.SessionEnd`). All None for single requests.
 - `retries` is 1 when the request's pooled keep-alive connection turned out closed before
   any response byte and it was sent once more on a fresh connection; timings then include
   the failed attempt (a few ms), as a user of that client would see.
@@ -101,6 +114,11 @@ class RequestRecord:
     # The Locust user that sent it ("<worker_id>.u<n>"): a closed-loop user's requests form a
     # chain, each sent when the previous one ended, which the advisor's replays keep.
     user_id: str | None = None
+    session_id: str | None = None
+    turn: int | None = None
+    history_hash: str | None = None
+    conversation_hash: str | None = None
+    session_end: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Field -> value, shallow (the lists are the record's own): a record is not changed

@@ -19,7 +19,9 @@ PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v
 @dataclass(slots=True)
 class RequestSpec:
     """`system` is the shared part (a chat system message; for completions it is prepended
-    to the prompt); `prompt` is the varying user text. Targets are in server tokens."""
+    to the prompt); `prompt` is the varying user text. Targets are in server tokens.
+    `messages`, when given (session workloads), is the whole chat message list instead of
+    `system` and `prompt`; the completions endpoint gets it as a transcript."""
 
     prompt: str
     max_tokens: int
@@ -29,6 +31,7 @@ class RequestSpec:
     target_output_tokens: int | None = None
     prefix_id: int | None = None
     phase: Phase = "measure"
+    messages: list[dict[str, str]] | None = None
 
 
 def body(
@@ -46,9 +49,13 @@ def body(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if endpoint == "chat":
+    if endpoint == "chat" and spec.messages is not None:
+        out["messages"] = spec.messages
+    elif endpoint == "chat":
         messages = [{"role": "system", "content": spec.system}] if spec.system else []
         out["messages"] = messages + [{"role": "user", "content": spec.prompt}]
+    elif endpoint == "completions" and spec.messages is not None:
+        out["prompt"] = transcript(spec.messages)
     elif endpoint == "completions":
         out["prompt"] = f"{spec.system}\n\n{spec.prompt}" if spec.system else spec.prompt
     else:
@@ -60,3 +67,9 @@ def body(
     if seed is not None and temperature > 0:
         out["seed"] = seed
     return out
+
+
+def transcript(messages: list[dict[str, str]]) -> str:
+    """A message list as one completions prompt ("role: content" paragraphs, then
+    "assistant:"): each turn's prompt still starts with the previous turn's prompt."""
+    return "".join(f"{m['role']}: {m['content']}\n\n" for m in messages) + "assistant:"

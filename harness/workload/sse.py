@@ -34,7 +34,9 @@ _decode = msgspec.json.Decoder().decode  # raises msgspec.DecodeError, a ValueEr
 @dataclass(slots=True)
 class StreamState:
     """What the stream said so far. `last_token_at` is per choice index, so with n > 1 the
-    inter-token gaps are gaps within one choice, not between interleaved choices."""
+    inter-token gaps are gaps within one choice, not between interleaved choices. `answer`,
+    when a list (session workloads, which append the answer to the conversation), collects
+    choice 0's text: chat `content` or completion `text`, never reasoning text."""
 
     start: float
     first_token_at: float | None = None
@@ -45,6 +47,7 @@ class StreamState:
     timing: dict | None = None
     done: bool = False
     error: str | None = None
+    answer: list[str] | None = None
 
 
 def _is_token(choice: dict) -> bool:
@@ -79,6 +82,11 @@ def apply_chunk(state: StreamState, rec: RequestRecord, chunk: dict, now: float)
                 rec.itl_s.append(now - previous)
             state.last_token_at[index] = now
             rec.num_chunks += 1
+            if state.answer is not None and index == 0:
+                delta = choice.get("delta")
+                text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+                if isinstance(text, str):
+                    state.answer.append(text)
         reason = choice.get("finish_reason")
         if isinstance(reason, str):
             state.finish_reasons[index] = reason
@@ -147,6 +155,8 @@ def finish(state: StreamState, rec: RequestRecord) -> None:
         rec.output_tokens = rec.num_chunks
     if state.timing:
         rec.apply_server_timing(state.timing)
+        if rec.cached_tokens is None:  # one column for every server's report (see the record)
+            rec.cached_tokens = rec.server_cached_prompt_tokens
     if state.error:
         rec.set_error("stream_error", state.error)
     elif not state.done and not state.finish_reasons:

@@ -81,6 +81,10 @@ def apply(state: StreamState, rec: RequestRecord, chunk: Chunk, now: float) -> N
                 rec.itl_s.append(now - previous)
             state.last_token_at[choice.index] = now
             rec.num_chunks += 1
+            if state.answer is not None and choice.index == 0:
+                text = delta.content if delta is not None else choice.text
+                if text is not None:
+                    state.answer.append(text)
         if choice.finish_reason is not None:
             state.finish_reasons[choice.index] = choice.finish_reason
     if chunk.usage is not None:

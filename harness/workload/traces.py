@@ -12,6 +12,11 @@ object a line. Recognised keys (the first present wins):
   tokens, chained (equal ids at a position mean equal prompts up to there); the replay
   workload turns each id into the same block of text in every request that names it, so
   the trace's prefix reuse reaches the server's cache as it was recorded.
+- optional `session_id` (a string or number) and `turn` (0-based): the request is a turn of
+  that conversation. A session's turns are replayed in turn order (without `turn`: in arrival
+  order), each sent only once the previous turn's answer is in, with the whole conversation
+  so far (`harness.load.trace_sessions`); a turn whose time comes before its predecessor's
+  is moved to its predecessor's time. Turn numbers must be distinct within a session.
 Lines that are blank or start with `#` are skipped; a malformed line is an error that names
 its line number (a silently shortened trace would misstate the offered load).
 """
@@ -19,6 +24,8 @@ its line number (a silently shortened trace would misstate the offered load).
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from harness.workload.azure_trace import azure_csv
@@ -44,7 +51,22 @@ def parse_line(obj: dict) -> TraceEntry:
     if arrival is None or prompt is None or output is None:
         raise ValueError("needs arrival_s|timestamp, prompt_tokens|input_length, output_tokens|output_length")
     hash_ids = tuple(int(h) for h in obj.get("hash_ids") or ())
-    return TraceEntry(float(arrival), max(1, int(prompt)), max(1, int(output)), hash_ids)
+    session = obj.get("session_id")
+    if isinstance(session, bool) or (session is not None and not isinstance(session, (str, int))):
+        raise ValueError("session_id must be a string or an integer")
+    turn = obj.get("turn")
+    if turn is not None and (
+        session is None or isinstance(turn, bool) or not isinstance(turn, int) or turn < 0
+    ):
+        raise ValueError("turn must be an integer >= 0, given with a session_id")
+    return TraceEntry(
+        float(arrival),
+        max(1, int(prompt)),
+        max(1, int(output)),
+        hash_ids,
+        None if session is None else str(session),
+        turn,
+    )
 
 
 def _json_lines(path: str | Path, lines: list[str]) -> list[TraceEntry]:
@@ -74,9 +96,32 @@ def load_trace(path: str | Path) -> list[TraceEntry]:
     entries = _json_lines(path, lines) if first.startswith("{") or not first else azure_csv(path, lines)
     if not entries:
         raise ValueError(f"{path}: the trace is empty")
-    entries.sort(key=lambda e: e.arrival_s)
+    entries = _sessions_in_order(path, entries)
+    entries.sort(key=lambda e: (e.arrival_s, e.turn or 0))
     t0 = entries[0].arrival_s
-    return [TraceEntry(e.arrival_s - t0, e.prompt_tokens, e.output_tokens, e.hash_ids) for e in entries]
+    return [replace(e, arrival_s=e.arrival_s - t0) for e in entries]
+
+
+def _sessions_in_order(path: str | Path, entries: list[TraceEntry]) -> list[TraceEntry]:
+    """Number each session's turns 0, 1, ... in turn (else arrival) order, and move a turn
+    that would arrive before its predecessor to its predecessor's time."""
+    sessions: dict[str, list[TraceEntry]] = defaultdict(list)
+    for entry in entries:
+        if entry.session_id is not None:
+            sessions[entry.session_id].append(entry)
+    out = [e for e in entries if e.session_id is None]
+    for session, turns in sessions.items():
+        numbered = [t.turn for t in turns if t.turn is not None]
+        if numbered and len(numbered) != len(turns):
+            raise ValueError(f"{path}: session {session!r} numbers some of its turns, not all")
+        if len(set(numbered)) != len(numbered):
+            raise ValueError(f"{path}: session {session!r} has two turns with the same number")
+        turns.sort(key=lambda t: (t.turn or 0, t.arrival_s))  # stable: file order breaks ties
+        arrival = turns[0].arrival_s
+        for index, turn in enumerate(turns):
+            arrival = max(arrival, turn.arrival_s)
+            out.append(replace(turn, arrival_s=arrival, turn=index))
+    return out
 
 
 def trace_offsets(entries: list[TraceEntry], time_scale: float = 1.0):

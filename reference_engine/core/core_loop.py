@@ -46,6 +46,7 @@ class CoreLoop:
     """`on_step_start(t)` (the simulator's pacing hook) is called before each step with the time
     the step's work began: right after the previous step when the core is continuously busy
     (so output handling and scheduling count inside the step), or the wake-up time after idle.
+    Times are read off the engine's clock, as the engine's own stamps are.
     """
 
     def __init__(
@@ -110,12 +111,12 @@ class CoreLoop:
         return True
 
     def _step(self) -> None:
-        start = self._next_step_start or time.monotonic()
+        start = self._next_step_start or self.core.engine.clock.now()
         if self.on_step_start is not None:
             self.on_step_start(start)
         steps_before = self.core.engine.stats.steps
         self._outputs += self.core.step()
-        self._next_step_start = time.monotonic()
+        self._next_step_start = self.core.engine.clock.now()
         stats = self.core.engine.stats
         if stats.steps == steps_before:
             time.sleep(0.001)  # nothing could be scheduled this round; do not spin
@@ -127,7 +128,7 @@ class CoreLoop:
         if not (self._changed or self._outputs or self._rejected or failure):
             return
         outputs = CoreOutputs(
-            timestamp=self._next_step_start or time.monotonic(),
+            timestamp=self._next_step_start or self.core.engine.clock.now(),
             outputs=self._outputs,
             stats=self.core.stats(self._step_tokens),
             rejected=self._rejected or None,

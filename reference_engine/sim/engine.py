@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reference_engine.catalogue import CatalogueError, get_gpu, get_model
+from reference_engine.clock import HOST_CLOCK, Clock
 from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.engine import LLMEngine, engine_from_config
 from reference_engine.sim.cost_model import CostModel, StepTimeModel, simulated_num_blocks
@@ -73,11 +74,13 @@ def build_sim_engine(
     sleep: bool = True,
     step_cost: StepTimeModel | None = None,
     detokenize: bool = True,
+    clock: Clock = HOST_CLOCK,
 ) -> SimEngine:
     """Raises ConfigError for an unknown model or GPU, a model that does not fit, or a
     max_model_len that one request cannot hold. `step_cost` times the steps instead of the
     catalogue's cost model (which still sizes the pool): a calibration hook.
-    `detokenize=False` builds an engine core's engine (see `LLMEngine`)."""
+    `detokenize=False` builds an engine core's engine (see `LLMEngine`). `clock`: the one
+    clock of the executor and the engine (a replay's `VirtualClock`; the host's by default)."""
     config.validate()
     try:
         model, gpu = get_model(spec.model), get_gpu(spec.gpu)
@@ -108,9 +111,9 @@ def build_sim_engine(
     if num_blocks < 2:
         raise ConfigError(f"{model.name} on {gpu.name} leaves {num_blocks} KV blocks; at least 2 are needed")
     tokenizer = tokenizer or load_sim_tokenizer()
-    executor = SimExecutor(step_cost or cost, vocab or word_vocabulary(tokenizer), sleep=sleep)
+    executor = SimExecutor(step_cost or cost, vocab or word_vocabulary(tokenizer), sleep=sleep, clock=clock)
     engine = engine_from_config(
-        config, executor, tokenizer, num_blocks, max_model_len, tokenizer.vocab_size, detokenize
+        config, executor, tokenizer, num_blocks, max_model_len, tokenizer.vocab_size, detokenize, clock
     )
     return SimEngine(
         engine, executor, tokenizer, model.name, max_model_len, num_blocks, config.kv_cache_dtype, cost

@@ -1,5 +1,6 @@
-"""The simulator's executor: the forward pass replaced by the cost model's step time, slept
-in real time, and tokens drawn deterministically from a real tokenizer's vocabulary.
+"""The simulator's executor: the forward pass replaced by the cost model's step time, waited
+out on the engine's clock (slept on the host's, jumped on a replay's virtual clock), and tokens
+drawn deterministically from a real tokenizer's vocabulary.
 
 Everything else (scheduler, block pool, prefix cache, preemption, stop strings, detokenizing)
 is the real engine, so KV occupancy, queueing and preemption behave as on the modelled GPU,
@@ -23,12 +24,12 @@ exceeds the modelled time; `StepRecord`s let a benchmark check that.
 from __future__ import annotations
 
 import math
-import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from reference_engine.clock import HOST_CLOCK, Clock
 from reference_engine.engine import StepResult, TokenLogprob
 from reference_engine.request import Request
 from reference_engine.scheduler_output import SchedulerOutput
@@ -48,7 +49,7 @@ def _mix(x: int) -> int:
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """One simulated step: the model's time, and the time from the step's start (as reported
-    to `begin_step`) to the end of `execute` as the host clock saw it."""
+    to `begin_step`) to the end of `execute` as the engine's clock saw it."""
 
     num_seqs: int
     num_tokens: int
@@ -57,7 +58,9 @@ class StepRecord:
 
 
 class SimExecutor:
-    """Implements the engine's Executor protocol. Not thread-safe: the engine thread owns it."""
+    """Implements the engine's Executor protocol. Not thread-safe: the engine thread owns it.
+    `clock` must be the engine's (`build_sim_engine` hands the same one to both); `sleep=False`
+    lets no time pass for the modelled steps (a benchmark that counts memory, not time)."""
 
     def __init__(
         self,
@@ -65,8 +68,7 @@ class SimExecutor:
         vocab: Sequence[int],
         *,
         sleep: bool = True,
-        clock: Callable[[], float] = time.monotonic,
-        sleeper: Callable[[float], None] = time.sleep,
+        clock: Clock = HOST_CLOCK,
         history: int = 4096,
         catch_up_s: float = 0.005,
     ):
@@ -76,7 +78,6 @@ class SimExecutor:
         self.vocab = list(vocab)
         self.sleep = sleep
         self.clock = clock
-        self.sleeper = sleeper
         self.records: deque[StepRecord] = deque(maxlen=history)
         self.modelled_total_s = 0.0
         self.catch_up_s = catch_up_s
@@ -90,7 +91,7 @@ class SimExecutor:
         self._step_start = last if last is not None and 0.0 <= t - last <= self.catch_up_s else t
 
     def execute(self, out: SchedulerOutput) -> StepResult:
-        start = self._step_start if self._step_start is not None else self.clock()
+        start = self._step_start if self._step_start is not None else self.clock.now()
         self._step_start = None
         batch = [(c.num_new_tokens, c.end) for c in out.chunks]
         timed = getattr(self.cost, "step_time_at", None)  # a model of a speed that drifts in time
@@ -115,13 +116,11 @@ class SimExecutor:
                     self._logprob(t, params.logprobs, request, chunk.end) for t in tokens
                 ]
         if self.sleep:
-            remaining = start + modelled - self.clock()
-            if remaining > 0:
-                self.sleeper(remaining)
+            self.clock.advance(start + modelled - self.clock.now())
         self.modelled_total_s += modelled
         self._last_end = start + modelled
         self.records.append(
-            StepRecord(len(out.chunks), out.num_batched_tokens, modelled, self.clock() - start)
+            StepRecord(len(out.chunks), out.num_batched_tokens, modelled, self.clock.now() - start)
         )
         return result
 

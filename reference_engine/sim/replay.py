@@ -3,7 +3,8 @@
 The real scheduler and block pool run unchanged; only time is virtual: each step advances
 the clock by the cost model's step time, and idle gaps jump to the next arrival. A trace
 of an hour replays in seconds, which is what the advisor's what-if checks and the
-PagedAttention reproduction need.
+PagedAttention reproduction need. The engine is built on the replay's clock, so every stamp a
+record carries (arrival, first scheduling, first token, finish) is virtual time.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import random
 from dataclasses import dataclass, field, replace
 
+from reference_engine.clock import VirtualClock
 from reference_engine.config import EngineConfig
 from reference_engine.sampling_params import InvalidRequestError, SamplingParams
 from reference_engine.sim.arrivals import Arrivals
@@ -44,9 +46,13 @@ class TraceRequest:
 
 @dataclass(slots=True)
 class ReplayRecord:
+    """One request's replay, stamped in virtual seconds by the engine (for n > 1: the first
+    choice's scheduling and first token, the last choice's finish)."""
+
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
+    first_scheduled_s: float | None = None
     first_token_s: float | None = None
     finished_s: float | None = None
     num_preemptions: int = 0
@@ -86,17 +92,6 @@ class ReplayResult:
         return len(self.records) / self.duration_s if self.duration_s else 0.0
 
 
-class VirtualClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += max(0.0, seconds)
-
-
 class NullTokenizer:
     """Replays need token counts, not text; skipping detokenization keeps them fast."""
 
@@ -134,11 +129,8 @@ def replay_trace(
     clock = VirtualClock()
     config = replace(config, kv_events_config=kv_events_config, kv_cache_metrics=False)
     sim = build_sim_engine(
-        spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000), step_cost=step_cost
+        spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000), step_cost=step_cost, clock=clock
     )
-    # Virtual time: the executor "sleeps" the modelled step by advancing the clock.
-    sim.executor.clock = sim.engine.clock = clock.now
-    sim.executor.sleeper = clock.advance
     engine, kv = sim.engine, sim.engine.kv
     rng = random.Random(seed)
     arrivals = Arrivals(trace)
@@ -161,9 +153,9 @@ def replay_trace(
             live[r.request_id] = (i, ReplayRecord(at, req.prompt_tokens, 0, index=i))
         if not engine.has_unfinished():
             due = arrivals.next_time()
-            if due is None:  # nothing running and nothing released: no chain can go on
+            if due is None:  # nothing running and nothing released: the replay is over
                 break
-            clock.t = max(clock.t, due)
+            clock.advance_to(due)
             continue
         before = clock.t
         outputs = engine.step()
@@ -181,11 +173,12 @@ def replay_trace(
             index, rec = entry
             rec.output_tokens += len(out.new_token_ids)
             if rec.first_token_s is None:
-                rec.first_token_s = clock.t
+                rec.first_scheduled_s = out.request.first_scheduled_time
+                rec.first_token_s = out.request.first_token_time
             rec.num_preemptions = max(rec.num_preemptions, out.request.num_preemptions)
             rec.cached_tokens = max(rec.cached_tokens, out.request.num_cached_tokens)
             if out.finished and out.request.group_id not in engine.groups:
-                rec.finished_s = clock.t
+                rec.finished_s = out.request.finished_time
                 result.records.append(rec)
                 del live[out.request.group_id]
                 arrivals.done(index, clock.t)

@@ -23,6 +23,7 @@ from exporter.runner import Exporter, Options
 from exporter.scrape import Target
 from tests.support.prometheus import free_port, serve_app
 from tests.support.synthetic_metrics import EngineState, vllm_v1_exposition
+from tests.support.wait import wait_until
 
 DATA = Path(__file__).parent / "data" / "metrics"
 DP2 = (DATA / "synthetic_vllm_0.11_v1_dp2_cache_config.prom").read_text()
@@ -77,12 +78,15 @@ async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
         return r.status, await r.text()
 
 
-async def wait_until(pred, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not await pred():
-        assert loop.time() < end, "condition not reached in time"
-        await asyncio.sleep(0.1)
+async def wait_scraped(exporter: Exporter, n: int) -> None:
+    """Until every target has been scraped `n` times. The scrapes run on this loop: the wait
+    runs in a thread meanwhile."""
+    await asyncio.to_thread(
+        wait_until,
+        lambda: min(st.scrapes for st in exporter.states),
+        f"{n} scrapes of every target",
+        ok=lambda scrapes: scrapes >= n,
+    )
 
 
 def test_vllm_fixtures_end_to_end(tmp_path: Path) -> None:
@@ -93,7 +97,7 @@ def test_vllm_fixtures_end_to_end(tmp_path: Path) -> None:
                 Options(interval=0.2, record_dir=tmp_path / "rec"),
             )
             async with serve_app(make_app(exporter)) as base, aiohttp.ClientSession() as s:
-                await wait_until(lambda: _scraped(exporter, 3))
+                await wait_scraped(exporter, 3)
                 status, text = await get(s, base + "/metrics")
                 assert status == 200
                 m = families(text)
@@ -158,13 +162,6 @@ def test_vllm_fixtures_end_to_end(tmp_path: Path) -> None:
     check_promtool(text, tmp_path)
 
 
-def _scraped(exporter: Exporter, n: int):
-    async def pred() -> bool:
-        return all(st.scrapes >= n for st in exporter.states)
-
-    return pred()
-
-
 def check_promtool(text: str, tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: scripts/setup.sh installs Debian's prometheus package"
@@ -186,7 +183,7 @@ def test_live_engine_restart_and_advice(tmp_path: Path) -> None:
         lab = (("instance", "0"), ("model", "tiny"), ("target", "eng"))
         async with serve_app(make_app(exporter)) as base, aiohttp.ClientSession() as s:
             async with serve_app(engine.app(), port):
-                await wait_until(lambda: _scraped(exporter, 5))
+                await wait_scraped(exporter, 5)
                 m = families((await get(s, base + "/metrics"))[1])
                 assert m[("kvscope_target_up", (("target", "eng"),))] == 1
                 assert m[("kvscope_prefix_cache_hit_ratio", lab)] == pytest.approx(0.25)
@@ -197,7 +194,7 @@ def test_live_engine_restart_and_advice(tmp_path: Path) -> None:
                 before = m[("kvscope_preemptions_total", lab)]
             # outage: connection refused, target down, canonical series withdrawn
             down_from = exporter.states[0].scrapes
-            await wait_until(lambda: _scraped(exporter, down_from + 3))
+            await wait_scraped(exporter, down_from + 3)
             m = families((await get(s, base + "/metrics"))[1])
             assert m[("kvscope_target_up", (("target", "eng"),))] == 0
             assert (
@@ -208,7 +205,7 @@ def test_live_engine_restart_and_advice(tmp_path: Path) -> None:
             engine.state = EngineState(running=3, waiting=4, kv_usage=0.99)
             async with serve_app(engine.app(), port):
                 up_from = exporter.states[0].scrapes
-                await wait_until(lambda: _scraped(exporter, up_from + 3))
+                await wait_scraped(exporter, up_from + 3)
                 m = families((await get(s, base + "/metrics"))[1])
                 assert m[("kvscope_target_up", (("target", "eng"),))] == 1
                 assert m[("kvscope_preemptions_total", lab)] < before  # the engine's counter restarted

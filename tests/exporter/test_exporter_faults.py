@@ -17,6 +17,7 @@ from aiohttp import web
 from exporter.runner import Exporter, Options
 from exporter.scrape import ScrapeResult, Target, TargetError, make_session, parse_target
 from tests.support.prometheus import free_port, serve_app
+from tests.support.wait import wait_until
 
 DATA = Path(__file__).parent / "data" / "metrics"
 VLLM = (DATA / "synthetic_vllm_0.11_v1_dp2_cache_config.prom").read_text()
@@ -184,10 +185,20 @@ def test_loop_goes_on_while_targets_misbehave() -> None:
             exporter = Exporter(targets, Options(interval=0.25, timeout=0.2))
             stop = asyncio.Event()
             task = asyncio.create_task(exporter.run(stop))
-            await asyncio.sleep(2.0)
+            good, slow, err, html = exporter.states
+            await asyncio.to_thread(
+                wait_until,
+                lambda: (
+                    good.scrapes,
+                    slow.errors.get("timeout", 0),
+                    err.errors.get("http_status", 0),
+                    html.errors.get("not_metrics", 0),
+                ),
+                "6 scrapes of the good target and 6 errors of each faulty one",
+                ok=lambda counts: min(counts) >= 6,
+            )
             stop.set()
             await asyncio.wait_for(task, 5)
-            good, slow, err, html = exporter.states
             assert good.up and good.scrapes >= 6
             assert slow.errors["timeout"] >= 6 and err.errors["http_status"] >= 6
             assert html.errors["not_metrics"] >= 6

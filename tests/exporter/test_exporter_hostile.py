@@ -121,8 +121,11 @@ def test_healthz_answers_while_a_huge_body_is_parsed():
             async with serve_app(make_app(exporter)) as app, aiohttp.ClientSession() as s:
                 while exporter.state("big").scrapes < 1:
                     await asyncio.sleep(0.05)
-                start = time.monotonic()
-                while time.monotonic() - start < 4:
+                # Probe until two more scrapes of the big target have ended, so the probes span
+                # at least one whole parse however long a parse takes on this machine.
+                until, deadline = exporter.state("big").scrapes + 2, time.monotonic() + 120
+                while exporter.state("big").scrapes < until:
+                    assert time.monotonic() < deadline, "the big target was not scraped twice in 120 s"
                     t0 = time.perf_counter()
                     async with s.get(app + "/healthz") as r:
                         assert r.status == 200

@@ -24,9 +24,10 @@ from exporter.kv_events.spec import KvEventsSource, KvEventsSpecError, parse_sou
 from exporter.runner import Exporter, Options
 from exporter.scrape import Target
 from tests.exporter.kv_publisher import Publisher, batch, removed, stored
-from tests.exporter.test_exporter_app import check_promtool, families, get, wait_until
+from tests.exporter.test_exporter_app import check_promtool, families, get
 from tests.support.prometheus import serve_app
 from tests.support.synthetic_metrics import EngineState, vllm_v1_exposition
+from tests.support.wait import wait_until
 
 RESIDENCY = """# HELP vllm:kv_block_lifetime_seconds Histogram of KV cache block lifetime.
 # TYPE vllm:kv_block_lifetime_seconds histogram
@@ -77,16 +78,26 @@ def test_kv_events_metrics_api_and_recording(tmp_path: Path) -> None:
             attach(app, hub, 0.2, tmp_path / "rec")
             async with serve_app(app) as base, aiohttp.ClientSession() as s:
                 state = hub.states[0]
-                await wait_until(_true(lambda: state.connected))
-                for _ in range(100):  # PUB/SUB slow joiner: empty batches until one lands
+                await asyncio.to_thread(wait_until, lambda: state.connected, "the subscriber connected")
+
+                def joined() -> int:  # PUB/SUB slow joiner: empty batches until one lands
                     pub.send(batch([]))
-                    await asyncio.sleep(0.02)
-                    if state.stream.applied:
-                        break
+                    return state.stream.applied
+
+                await asyncio.to_thread(wait_until, joined, "a first batch applied", interval_s=0.02)
                 for payload in scenario():
                     pub.send(payload)
-                await wait_until(_true(lambda: state.stream.expected == pub.seq), 10)
-                await asyncio.sleep(0.6)  # a few ticks and scrapes
+                await asyncio.to_thread(
+                    wait_until, lambda: state.stream.expected == pub.seq, "the scenario's batches applied"
+                )
+                # The projections need the hub's ticks and the target's scrapes after the events.
+                ticks, scrapes = hub.ticks, exporter.states[0].scrapes
+                await asyncio.to_thread(
+                    wait_until,
+                    lambda: (hub.ticks - ticks, exporter.states[0].scrapes - scrapes),
+                    "3 hub ticks and 3 scrapes after the scenario",
+                    ok=lambda done: min(done) >= 3,
+                )
                 status, text = await get(s, base + "/metrics")
                 assert status == 200
                 _, body = await get(s, base + "/api/v1/kv_events")
@@ -130,13 +141,6 @@ def test_kv_events_metrics_api_and_recording(tmp_path: Path) -> None:
     ]
     assert rows and rows[-1]["capacity_misses"] == 3 and rows[-1]["stream"]["name"] == "vllm"
     assert {"t", "curve", "hot_chains", "distances", "cached_blocks"} <= set(rows[-1])
-
-
-def _true(check):
-    async def pred() -> bool:
-        return check()
-
-    return pred
 
 
 def test_the_flag_is_parsed_and_refused_clearly(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,6 @@ as disconnected, and an unanswered replay request is given up."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 import zmq
@@ -16,14 +15,7 @@ from exporter.kv_events.source import Limits, SourceState
 from exporter.kv_events.spec import KvEventsSource
 from exporter.kv_events.subscriber import Subscriber, SubscriberError
 from tests.exporter.kv_publisher import Publisher, batch, removed, stored
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -36,14 +28,16 @@ def publisher():
 def subscribe(pub: Publisher, limits: Limits | None = None, replay: bool = True) -> Subscriber:
     source = KvEventsSource("vllm", pub.endpoint, pub.replay_endpoint if replay else None, topic="kv")
     sub = Subscriber(SourceState(source, limits)).start()
-    wait_until(lambda: sub.state.connected)
-    # PUB/SUB slow joiner: empty batches until one arrives (replay from 0 fetches the rest)
-    for _ in range(100):
+    wait_until(lambda: sub.state.connected, "the subscriber connected")
+
+    def joined() -> (
+        int
+    ):  # PUB/SUB slow joiner: empty batches until one arrives (replay from 0 fetches the rest)
         pub.send(batch([]))
-        time.sleep(0.02)
-        if sub.state.stream.applied:
-            break
-    wait_until(lambda: not sub.state.stream.replaying)
+        return sub.state.stream.applied
+
+    wait_until(joined, "a first batch applied", interval_s=0.02)
+    wait_until(lambda: not sub.state.stream.replaying, "the first replay done")
     return sub
 
 
@@ -67,7 +61,7 @@ def test_garbage_is_counted_by_reason_and_the_stream_goes_on(publisher: Publishe
         publisher.send(batch([stored([2, 3, 4])])[:-7])  # cut short
         publisher.send(batch([{"type": "BlockPinned", "block_hashes": [9]}, stored([5])]))  # unknown tag
         publisher.send(batch([stored([6])]))
-        wait_until(lambda: settled(sub, publisher))
+        wait_until(lambda: settled(sub, publisher), "the subscriber settled on the publisher's last batch")
         assert sub.state.problems == {
             "frame_count": 1,
             "bad_seq": 1,
@@ -87,7 +81,7 @@ def test_a_forced_gap_is_replayed(publisher: Publisher) -> None:
         publisher.send(batch([stored([1, 2])]))
         gap = publisher.skip(batch([stored([3], parent=2), removed([1])]))
         publisher.send(batch([stored([4], parent=3)]))
-        wait_until(lambda: settled(sub, publisher))
+        wait_until(lambda: settled(sub, publisher), "the subscriber settled on the publisher's last batch")
         assert cached(sub) == {2, 3, 4}
         assert gap in publisher.replay_requests
         assert sub.state.problems == {"gap": 1} and sub.state.stream.replayed >= 2
@@ -105,10 +99,16 @@ def test_a_high_water_mark_drop_is_recovered_by_replay() -> None:
         with sub.state.lock:
             for i in range(3000):
                 pub.send(batch([stored(list(range(100 * i, 100 * i + 100)))]))
-            time.sleep(0.2)
-        time.sleep(1.0)
-        pub.send(batch([]))  # PUB/SUB shows a drop at the tail only with the next batch
-        wait_until(lambda: settled(sub, pub), 30)
+            time.sleep(0.2)  # a dwell, not a wait: the I/O threads fill the TCP buffers meanwhile
+
+        def caught_up() -> bool:  # PUB/SUB shows a drop at the tail only with the next batch
+            if settled(sub, pub):
+                return True
+            if not sub.state.stream.replaying:
+                pub.send(batch([]))
+            return False
+
+        wait_until(caught_up, "the subscriber caught up with the publisher", interval_s=0.2)
         assert cached(sub) == set(range(300_000))
         assert sub.state.problems.get("gap", 0) >= 1 and "lost" not in sub.state.problems
         assert sub.state.stream.replayed > 0
@@ -128,7 +128,7 @@ def test_a_replay_slower_than_the_timeout_but_still_arriving_is_not_cut(publishe
         for i in range(1, 11):
             publisher.skip(batch([stored([i])]))
         publisher.send(batch([stored([11])]))
-        wait_until(lambda: settled(sub, publisher))
+        wait_until(lambda: settled(sub, publisher), "the subscriber settled on the publisher's last batch")
         assert cached(sub) == set(range(12))
         assert sub.state.problems == {"gap": 1} and sub.state.stream.replayed >= 10
     finally:
@@ -140,21 +140,22 @@ def test_a_restarted_publisher_resets_the_state(publisher: Publisher) -> None:
     try:
         for i in range(5):
             publisher.send(batch([stored([i])]))
-        wait_until(lambda: settled(sub, publisher))
+        wait_until(lambda: settled(sub, publisher), "the subscriber settled on the publisher's last batch")
         endpoint = publisher.endpoint
         publisher.close()
-        wait_until(lambda: not sub.state.connected)
+        wait_until(lambda: not sub.state.connected, "the subscriber to see the publisher gone")
         again = Publisher()
         again.pub.close(linger=0)
         again.pub = again.ctx.socket(zmq.PUB)
         again.pub.bind(endpoint)  # the same address, a new process: seq starts at 0
         try:
-            wait_until(lambda: sub.state.connected)
-            for _ in range(100):
+            wait_until(lambda: sub.state.connected, "the subscriber reconnected")
+
+            def rejoined() -> bool:  # the slow joiner again
                 again.send(batch([stored([77])]))
-                time.sleep(0.02)
-                if 77 in cached(sub):
-                    break
+                return 77 in cached(sub)
+
+            wait_until(rejoined, "block 77 from the new publisher", interval_s=0.02)
             assert cached(sub) == {77}
             assert sub.state.problems.get("restart") == 1 and sub.state.disconnects >= 1
         finally:
@@ -170,11 +171,13 @@ def test_a_publisher_that_stops_answering_replays_is_given_up_on(publisher: Publ
         publisher.send(batch([stored([1])]))
         publisher.skip(batch([stored([2])]))
         publisher.send(batch([stored([3])]))
-        wait_until(lambda: sub.state.problems.get("replay_timeout") == 1)
-        wait_until(lambda: settled(sub, publisher))
+        wait_until(
+            lambda: sub.state.problems.get("replay_timeout"), "a replay timeout counted", ok=lambda n: n == 1
+        )
+        wait_until(lambda: settled(sub, publisher), "the subscriber settled on the publisher's last batch")
         assert cached(sub) == {1, 3} and sub.state.problems["lost"] == 1
         publisher.close()
-        wait_until(lambda: not sub.state.connected)
+        wait_until(lambda: not sub.state.connected, "the subscriber to see the publisher gone")
         assert sub._thread.is_alive()
     finally:
         sub.stop()
@@ -185,7 +188,7 @@ def test_without_a_replay_endpoint_gaps_are_lost(publisher: Publisher) -> None:
     try:
         publisher.skip(batch([stored([2])]))
         publisher.send(batch([stored([3])]))
-        wait_until(lambda: settled(sub, publisher))
+        wait_until(lambda: settled(sub, publisher), "the subscriber settled on the publisher's last batch")
         assert sub.state.problems == {"gap": 1, "lost": 1} and publisher.replay_requests == []
     finally:
         sub.stop()

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.preempting_engine import complete, engine_argv
 from tests.support.prometheus import free_port
 from tests.support.servers import ROOT, server
+from tests.support.wait import wait_until
 
 
 def load(base: str, n: int = 8) -> None:
@@ -53,16 +54,6 @@ def exporter_metric(eport: int, name: str) -> list[float]:
     return [s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
 
 
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise TimeoutError(what)
-
-
 @contextmanager
 def exporter(port: int, eport: int, log):
     proc = subprocess.Popen(
@@ -93,11 +84,13 @@ def test_exporter_matches_engine_statistics_and_survives_a_restart(tmp_path):
     with open(tmp_path / "exporter.log", "wb") as log, exporter(port, eport, log):
         with server(engine_argv(port), port, "/health", 180.0, tmp_path / "engine1.log") as base:
             load(base)
-            wait_until(lambda: engine_counters(base)["vllm:num_requests_running"] == 0, 30, "engine idle")
+            wait_until(
+                lambda: engine_counters(base)["vllm:num_requests_running"] == 0, "engine idle", 30, 0.25
+            )
             engine = engine_counters(base)
             started = time.time()
             point = wait_until(
-                lambda: (p := exporter_latest(eport))["t"] > started and p, 10, "a fresh scrape"
+                lambda: exporter_latest(eport), "a fresh scrape", 10, 0.25, ok=lambda p: p["t"] > started
             )
             (sample,) = point["instances"]
             assert engine["vllm:num_preemptions_total"] > 0, "the tiny pool preempted"
@@ -109,15 +102,36 @@ def test_exporter_matches_engine_statistics_and_survives_a_restart(tmp_path):
             assert sample["kv_capacity_blocks"] == 24 and sample["kv_block_size_tokens"] == 16
         # Engine down: the exporter keeps running and reports the outage.
         wait_until(
-            lambda: exporter_metric(eport, "kvscope_target_up") == [0.0], 15, "up = 0 during the outage"
+            lambda: exporter_metric(eport, "kvscope_target_up"),
+            "up = 0 during the outage",
+            15,
+            0.25,
+            ok=lambda up: up == [0.0],
         )
         with server(engine_argv(port), port, "/health", 180.0, tmp_path / "engine2.log") as base:
             wait_until(
-                lambda: exporter_metric(eport, "kvscope_target_up") == [1.0], 15, "up = 1 after the restart"
+                lambda: exporter_metric(eport, "kvscope_target_up"),
+                "up = 1 after the restart",
+                15,
+                0.25,
+                ok=lambda up: up == [1.0],
             )
             load(base, 4)
-            time.sleep(1.5)
-            rates = exporter_metric(eport, "kvscope_preemptions_per_second")
-            ratios = exporter_metric(eport, "kvscope_prefix_cache_hit_ratio")
+            loaded = time.time()
+
+            def derived() -> tuple[float, list[float], list[float]]:
+                return (
+                    exporter_latest(eport)["t"],
+                    exporter_metric(eport, "kvscope_preemptions_per_second"),
+                    exporter_metric(eport, "kvscope_prefix_cache_hit_ratio"),
+                )
+
+            _, rates, ratios = wait_until(
+                derived,
+                "a scrape after the load, and the window's rates",
+                10,
+                0.25,
+                ok=lambda d: d[0] > loaded,
+            )
             assert rates and all(r >= 0 for r in rates), rates
             assert ratios and all(0 <= r <= 1 for r in ratios), ratios

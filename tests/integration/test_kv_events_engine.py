@@ -25,6 +25,7 @@ from reference_engine.sampling_params import SamplingParams
 from reference_engine.sim.replay import TraceRequest, replay_trace
 from reference_engine.sim.spec import SimSpec
 from tests.support.prometheus import free_port
+from tests.support.wait import wait_until
 
 
 def _config(**kw) -> str:
@@ -42,13 +43,6 @@ def _config(**kw) -> str:
 def _settled(sub: Subscriber, published: int) -> bool:
     with sub.state.lock:
         return sub.state.stream.expected == published and not sub.state.stream.replaying
-
-
-def _wait(check, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def _serve_until_settled(sub: Subscriber, engine, serve, timeout_s: float = 60.0) -> None:
@@ -82,12 +76,13 @@ def test_after_a_forced_gap_and_its_replay_the_subscriber_holds_the_engines_pref
         engine.generate(prompts, SamplingParams(max_tokens=6, ignore_eos=True))
 
     try:
-        _wait(lambda: sub.state.connected)
-        for _ in range(50):  # the slow joiner: until events arrive (the replay brings the rest)
+        wait_until(lambda: sub.state.connected, "the subscriber connected")
+
+        def joined() -> int:  # the slow joiner: until events arrive (the replay brings the rest)
             wave(1)
-            if sub.state.stream.applied:
-                break
-            time.sleep(0.05)
+            return sub.state.stream.applied
+
+        wait_until(joined, "the engine's events reaching the subscriber")
         _serve_until_settled(sub, engine, lambda: wave(1))
         # The subscriber stops reading and the engine's PUB drops, once the kernel's socket
         # buffers between them are full too: how much that takes varies, so burst until a
@@ -96,7 +91,7 @@ def test_after_a_forced_gap_and_its_replay_the_subscriber_holds_the_engines_pref
             with sub.state.lock:
                 for _ in range(6):
                     wave(6)
-                time.sleep(0.3)
+                time.sleep(0.3)  # a dwell, not a wait: the sockets' buffers fill meanwhile
             wave(1)  # the next batch shows the gap
             _serve_until_settled(sub, engine, lambda: wave(1))
             if sub.state.problems.get("gap"):
@@ -143,7 +138,11 @@ def test_the_miss_ratio_curve_predicts_the_hit_ratio_of_larger_pools() -> None:
     try:
         kv_config = _config(buffer_steps=100_000, endpoint=sub.bound_endpoint, replay_endpoint=replay)
         run = replay_trace(trace, spec, base_cfg, kv_events_config=kv_config)
-        _wait(lambda: _settled(sub, run.kv_event_batches), 60)
+        wait_until(
+            lambda: _settled(sub, run.kv_event_batches),
+            "the subscriber settled on the replay's last batch",
+            60,
+        )
     finally:
         sub.stop()
     assert state.problems == {} and run.num_preemptions == 0

@@ -14,6 +14,7 @@ import pytest
 
 from exporter.dialects import normalise
 from exporter.parse import parse_exposition
+from harness.bundle.finding import codes
 from harness.results import load
 from harness.run.commands import kvscope_command
 from tests.support.llama_server import llama_server
@@ -124,4 +125,4 @@ def test_run_json_and_advice_hold_only_what_the_server_stated(llama_run):
     assert not any(v["verified"] for v in advice["verdicts"])
     missing = {m["fact"]: m["supply"] for m in advice["missing_facts"]}
     assert missing["model"] == "--deployment model=CATALOGUE_MODEL" and "gpu" in missing
-    assert "no replay" in "\n".join(advice["notes"]) and "--deployment" in advice["markdown"]
+    assert "replays_need_facts" in codes(advice["notes"]) and "--deployment" in advice["markdown"]

@@ -92,7 +92,7 @@ def test_without_deployment_nothing_unstated_is_assumed_and_the_advice_says_what
     missing = {m["fact"]: m for m in advice["missing_facts"]}
     assert {"model", "gpu", "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens"} <= set(missing)
     assert missing["max_num_seqs"]["supply"] == "--deployment max-num-seqs=N"
-    assert "state it with `--deployment max-num-seqs=N`" in advice["markdown"]
+    assert "state it with --deployment max-num-seqs=N" in advice["markdown"]
 
 
 def test_a_matching_deployment_gives_the_bundled_simulators_verdicts(runs):

@@ -64,13 +64,17 @@ def test_add_memory_cuts_the_measured_preemptions_and_its_prediction_is_scored(v
     assert set(check["error"]) == set(METRICS) and set(check["noise"]) == set(METRICS)
     assert check["baseline"]["preemptions"] > 0 and check["as_run"]["preemptions"] > 0
     assert check["measured"]["preemptions"] < check["as_run"]["preemptions"]
-    assert check["status"] == "confirmed" and check["confirmed"] and check["code"] == "verify_confirmed"
-    missed = {m["metric"]: m for m in check["misses"]}
+    assert (
+        check["status"] == "confirmed"
+        and check["confirmed"]
+        and check["reason"]["code"] == "verify_confirmed"
+    )
+    missed = {m["subject"]: m for m in check["misses"]}
     for metric in ("preemptions", "ttft_p99_s"):
         predicted, measured = check["predicted"][metric], check["measured"][metric]
         assert check["error"][metric] == pytest.approx(predicted - measured)
         within = abs(predicted - measured) <= 0.3 * abs(measured)
-        assert within or (metric in missed and missed[metric]["cause"]), (metric, check)
+        assert within or (metric in missed and missed[metric]["text"]), (metric, check)
 
 
 def test_the_report_shows_predicted_against_measured(verified) -> None:

@@ -16,6 +16,7 @@ import time
 
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from reference_engine.config import EngineConfig
 from reference_engine.core.client import ThreadCoreClient
@@ -24,6 +25,7 @@ from reference_engine.server.app import create_app
 from reference_engine.server.background import BackgroundServer, serve_in_background
 from reference_engine.server.state import ServerConfig
 from tests.support.paths import ROOT
+from tests.support.wait import wait_until
 
 KEY = "sk-test-4f1c9a7e-very-secret"
 MODEL = "tiny"
@@ -221,7 +223,11 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
     )
     thread, events = stream_in_background(server.port, stream_body(800), KEY)
     server.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.05)
+    wait_until(
+        lambda: request(server.port, "GET", "/health")[0],
+        "/health to answer 503 (draining)",
+        ok=lambda s: s == 503,
+    )
     status, payload, _ = request(server.port, "POST", "/v1/completions", {"model": MODEL, "prompt": "x"}, KEY)
     assert status == 503 and error_of(payload)["code"] == "shutting_down"
     thread.join(60)
@@ -326,6 +332,14 @@ def test_an_engine_failure_is_a_500_and_unhealthy(caplog):
     assert "simulated device failure" in caplog.text
 
 
+def requests_running(port: int) -> float:
+    """The server's vllm:num_requests_running (requests in the core's batches)."""
+    status, payload, _ = request(port, "GET", "/metrics")
+    assert status == 200, payload
+    families = text_string_to_metric_families(payload.decode())
+    return sum(s.value for f in families for s in f.samples if s.name == "vllm:num_requests_running")
+
+
 def core_pid(server_pid: int) -> int:
     """The engine core: the server process's only child."""
     with open(f"/proc/{server_pid}/task/{server_pid}/children") as f:
@@ -345,7 +359,7 @@ def test_a_dead_engine_core_means_503_and_a_non_zero_exit():
 
     thread = threading.Thread(target=long_request)
     thread.start()
-    time.sleep(0.5)  # the request is running in the core
+    wait_until(lambda: requests_running(server.port), "the request running in the core", ok=lambda n: n >= 1)
     os.kill(core_pid(server.proc.pid), signal.SIGKILL)
     thread.join(30)
     status, payload, _ = result["response"]

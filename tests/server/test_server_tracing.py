@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -18,6 +17,7 @@ from harness.run.procs import free_port
 from tests.harness.otlp.receiver import receiver
 from tests.support.paths import ROOT
 from tests.support.servers import server
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 SIM = ["--simulate", "--sim-model", "llama-3.1-8b"]
@@ -35,10 +35,7 @@ def post(url: str, body: dict, headers: dict | None = None) -> tuple[bytes, dict
 
 
 def wait_spans(r, n: int) -> list[dict]:
-    deadline = time.monotonic() + 15
-    while len(r.spans()) < n and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return r.spans()
+    return wait_until(r.spans, f"{n} spans at the receiver", 15, ok=lambda spans: len(spans) >= n)
 
 
 def test_span_per_request_with_the_parent_from_traceparent_and_the_sse_object_off(tmp_path, monkeypatch):

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from tests.support.paths import ROOT
+from tests.support.wait import wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -174,15 +175,8 @@ def query(base: str, promql: str) -> list[dict]:
 
 
 def wait_for_query(base: str, promql: str, timeout: float = 30.0, predicate=bool) -> list[dict]:
-    """Poll `query` until `predicate(result)` holds; TimeoutError after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    result: list[dict] = []
-    while time.monotonic() < deadline:
-        result = query(base, promql)
-        if predicate(result):
-            return result
-        time.sleep(0.5)
-    raise TimeoutError(f"no data for {promql!r} within {timeout}s (last: {result})")
+    """Poll `query` until `predicate(result)` holds (see `wait_until`)."""
+    return wait_until(lambda: query(base, promql), f"a result of {promql!r}", timeout, 0.5, predicate)
 
 
 def targets_health(base: str) -> list[dict]:

@@ -6,12 +6,12 @@ messages (`state.engine.stats` is the core's latest statistics record)."""
 from __future__ import annotations
 
 import http.client
-import time
 
 from reference_engine.config import EngineConfig
 from reference_engine.core.launch import CoreLaunch
 from reference_engine.serve_options import HttpLimits
 from reference_engine.server.background import BackgroundServer, serve_in_background
+from tests.support.wait import wait_until
 
 MODEL = "tiny"
 
@@ -34,13 +34,12 @@ def post(server: BackgroundServer, path: str, body: bytes, timeout: float = 120)
 
 def wait_idle(server: BackgroundServer, timeout: float = 30.0) -> None:
     engine = server.state.engine
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def busy() -> dict[str, int]:
         stats = engine.stats
-        if stats.num_running + stats.num_waiting == 0 and engine.num_in_flight == 0:
-            return
-        time.sleep(0.02)
-    raise AssertionError("the engine did not go idle")
+        return {"running": stats.num_running, "waiting": stats.num_waiting, "in_flight": engine.num_in_flight}
+
+    wait_until(busy, "the engine idle", timeout, 0.02, ok=lambda counts: not any(counts.values()))
 
 
 def all_blocks_free(server: BackgroundServer) -> bool:

@@ -104,7 +104,9 @@ def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = R
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"vLLM exited ({proc.returncode}): {log.read_text(errors='replace')[-3000:]}")
+            raise AssertionError(
+                f"vLLM exited ({proc.returncode}): {log.read_text(errors='replace')[-3000:]}"
+            )
         try:
             with urllib.request.urlopen(url + "/health", timeout=2.0) as resp:
                 if resp.status == 200:

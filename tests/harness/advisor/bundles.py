@@ -24,6 +24,7 @@ import pandas as pd
 
 from harness.bundle.deployment import BUNDLED, of_config
 from harness.workload.fingerprint import record_columns
+from reference_engine.clock import VirtualClock
 from reference_engine.config import EngineConfig
 from reference_engine.sampling_params import InvalidRequestError, SamplingParams
 from reference_engine.sim.engine import SimSpec, build_sim_engine
@@ -51,17 +52,6 @@ class _Tok:
 
     def decode(self, ids: list[int]) -> str:
         return ""
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
-
-    def advance(self, s: float) -> None:
-        self.t += max(0.0, s)
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -106,12 +96,14 @@ def simulate_bundle(
     `spec` None: a real-engine run's stand-in (SmolLM2 on an L4), recorded as the bundled
     engine (not the simulator)."""
     out.mkdir(parents=True, exist_ok=True)
-    clock = _Clock()
+    clock = VirtualClock()
     sim = build_sim_engine(
-        spec or SimSpec("smollm2-135m", "l4"), engine, tokenizer=_Tok(), vocab=range(1000, 60_000)
+        spec or SimSpec("smollm2-135m", "l4"),
+        engine,
+        tokenizer=_Tok(),
+        vocab=range(1000, 60_000),
+        clock=clock,
     )
-    sim.executor.clock = sim.engine.clock = clock.now
-    sim.executor.sleeper = clock.advance
     eng, kv = sim.engine, sim.engine.kv
     pending = sorted(enumerate(trace), key=lambda p: (p[1].arrival_s, p[0]))
     rows: dict[str, dict] = {}
@@ -183,7 +175,7 @@ def simulate_bundle(
                 )
             rows[rid] = row
         if not eng.has_unfinished():
-            clock.t = pending[0][1].arrival_s
+            clock.advance_to(pending[0][1].arrival_s)
             continue
         for o in eng.step():
             row = rows.get(o.request.group_id)

@@ -15,6 +15,7 @@ from harness.advisor import run_inputs
 from harness.advisor.advice import advise
 from harness.bundle.deployment import SERVER_MODELS, DeploymentFacts, Fact
 from harness.bundle.deployment_option import parse_deployment
+from harness.bundle.finding import codes
 from reference_engine.config import EngineConfig
 from reference_engine.sim.engine import SimSpec
 from tests.harness.advisor.bundles import long_requests, simulate_bundle
@@ -81,7 +82,8 @@ def test_a_target_that_stated_nothing_gets_no_invented_verdict(preempting, tmp_p
         "needed_for": ["replays"],
         "supply": "--deployment max-num-seqs=N",
     }
-    assert any(n.startswith("quantize_kv_cache: not issued: kv_cache_dtype unknown") for n in advice["notes"])
+    lacking_facts = [n.get("subject") for n in advice["notes"] if n["code"] == "rule_lacks_facts"]
+    assert "quantize_kv_cache" in lacking_facts, advice["notes"]
     assert advice["deployment"]["max_num_seqs"] is None and advice["deployment"]["engine_model"] is None
 
 
@@ -127,15 +129,21 @@ def test_a_replay_unlike_the_run_verifies_nothing(preempting, tmp_path):
     requests.to_parquet(folder / "requests.parquet")
     advice = advise(run_inputs.load(folder)).to_json()
     assert advice["verdicts"] and not any(v["verified"] for v in advice["verdicts"])
-    assert all("does not model this deployment" in v["replay"]["implausible"] for v in advice["verdicts"])
-    assert any(n.startswith("replays not trusted:") for n in advice["notes"])
+    assert all(v["replay"]["implausible"]["code"] == "replay_implausible" for v in advice["verdicts"])
+    assert all(
+        v["status_reason"]["code"] == "replay_implausible" for v in advice["verdicts"] if v["replay"]["shown"]
+    )
+    assert "replays_not_trusted" in codes(advice["notes"])
     fine = advise(run_inputs.load(preempting)).to_json()
-    assert not any("replays not trusted" in n for n in fine["notes"]) and fine["verdicts"][0]["verified"]
+    assert "replays_not_trusted" not in codes(fine["notes"]) and fine["verdicts"][0]["verified"]
 
 
 def test_the_bundle_is_not_changed_by_stated_facts(preempting):
     before = (preempting / "run.json").read_text()
     inputs = run_inputs.load(preempting, parse_deployment("max-num-seqs=128"))
     assert inputs.deployment.known("max_num_seqs") == 128
-    assert inputs.notes == ("--deployment max_num_seqs=128 replaces 256 from kvscope run (bundled engine)",)
+    assert codes(inputs.notes) == ["deployment_replaced"]
+    assert (
+        inputs.notes[0].text == "--deployment max_num_seqs=128 replaces 256 from kvscope run (bundled engine)"
+    )
     assert (preempting / "run.json").read_text() == before

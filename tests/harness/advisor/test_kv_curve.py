@@ -21,6 +21,7 @@ from harness.advisor.advice import advise, diagnose_run
 from harness.advisor.evidence import workload_evidence
 from harness.advisor.kv_curve import kv_event_verdicts
 from harness.advisor.whatif import make_replayer
+from harness.bundle.finding import Finding, codes
 from harness.bundle.kv_events import write_kv_events
 from reference_engine.config import EngineConfig
 from tests.harness.advisor.bundles import Req, simulate_bundle
@@ -71,7 +72,7 @@ def test_replicas_holding_the_same_chains_are_told_to_route_by_prefix(shared_pro
     replay = verdict.replay
     assert replay["changed"]["prefix_hit_ratio"] > replay["baseline"]["prefix_hit_ratio"] + 0.02
     assert verdict.verified and replay["changed"]["completed"] == replay["baseline"]["completed"]
-    assert any("no prefix-cache counters" in n for n in advice.notes)  # a and b are not scraped
+    assert "no_prefix_counters" in codes(advice.notes)  # a and b are not scraped
 
 
 def test_replicas_that_share_little_get_a_note_not_a_verdict(shared_prompts_bundle, tmp_path) -> None:
@@ -82,7 +83,8 @@ def test_replicas_that_share_little_get_a_note_not_a_verdict(shared_prompts_bund
     record_replicas(folder, {"a": [1, 2] + list(range(100, 160)), "b": [1, 2] + list(range(200, 260))})
     advice = advise(run_inputs.load(folder), replay=False)
     assert not [v for v in advice.verdicts if v.action == "route_by_prefix"]
-    assert any(n.startswith("route_by_prefix: not advised: 3%") for n in advice.notes), advice.notes
+    (note,) = [n for n in advice.notes if n.code == "prefixes_not_shared"]
+    assert note.subject == "route_by_prefix"
 
 
 def test_block_verdicts_on_an_implausible_baseline_stay_indicative(shared_prompts_bundle) -> None:
@@ -94,13 +96,13 @@ def test_block_verdicts_on_an_implausible_baseline_stay_indicative(shared_prompt
     work = workload_evidence(inputs)
     diag = diagnose_run(inputs, work)
     replayer = make_replayer(inputs, work, diag.mean_running, diag.preemptions)
-    why = "the replayed baseline finished in 2% of the run's time"
+    why = Finding("replay_implausible", "the replayed baseline finished in 2% of the run's time")
     (verdict,) = kv_event_verdicts(inputs, replayer, False, [], distrust=why)
     assert verdict.action == "route_by_prefix" and verdict.replay["changed"]["prefix_hit_ratio"] is not None
     # The replay still shows the gain; the distrusted baseline is what keeps it from verifying.
     assert not verdict.verified and verdict.replay["shown"]
     assert verdict.status == "indicative" and verdict.status_reason == why
-    assert verdict.replay["implausible"] == why
+    assert verdict.replay["implausible"] == {"code": "replay_implausible", "text": why.text}
     (trusted,) = kv_event_verdicts(inputs, replayer, False, [])
     assert trusted.verified and trusted.status == "verified" and "implausible" not in trusted.replay
     assert trusted.replay["shown"]

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from harness.run.commands import kvscope_command
+from tests.harness.bundle.findings_check import assert_coded
 from tests.support.servers import ROOT, kvscope_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -58,6 +59,8 @@ def test_a_preempting_real_run_is_told_to_quantize_or_add_memory_verified_by_rep
     assert advice["diagnosis"]["kv_pressure"], advice["diagnosis"]
     verdicts = {v["action"]: v for v in advice["verdicts"]}
     assert {"quantize_kv_cache", "add_memory"} <= set(verdicts)
+    # run.json, summary.json and advice.json: every finding in them carries a registered code.
+    assert "completed" in assert_coded(preempting_run)
     fidelity = advice["fidelity"]
     run_preemptions = advice["diagnosis"]["preemptions"]
     assert fidelity["measured"]["preemptions"] == run_preemptions and fidelity["tolerance"] == 0.25
@@ -75,7 +78,7 @@ def test_a_preempting_real_run_is_told_to_quantize_or_add_memory_verified_by_rep
             and v["verified"] == (fidelity["within"])
         ), v
         if not fidelity["within"]:
-            assert v["status_reason"].startswith("the unchanged configuration's replay is off")
+            assert v["status_reason"]["code"] == "replay_off_run"
     # The replay of the run as it was reproduces its preemptions (same pool, same scheduler).
     assert 0.5 * run_preemptions <= fidelity["replayed_preemptions"] <= 2 * run_preemptions
     assert advice["time_axis"].startswith("the run's own seconds: 40-block pool, step times fitted")

@@ -127,10 +127,13 @@ def test_fidelity_holds_the_baseline_to_25_percent_with_a_small_absolute_slack()
     measured = Measured(preemptions=40.0, ttft_p99_s=2.0, ttft_source="server")
     ok = judge_fidelity(measured, 34, 2.4)
     assert ok.within and ok.preemption_error == pytest.approx(-0.15) and ok.ttft_error == pytest.approx(0.2)
+    assert ok.reason.code == "replay_within_tolerance"
     off = judge_fidelity(measured, 20, 2.1)
-    assert not off.within and "preemptions 20 replayed against 40 measured" in off.reason
+    assert (
+        not off.within and off.reason.code == "replay_off_run" and off.preemption_error == pytest.approx(-0.5)
+    )
     slow = judge_fidelity(measured, 40, 3.0)
-    assert not slow.within and "TTFT p99 3 s replayed against 2 s measured" in slow.reason
+    assert not slow.within and slow.reason.code == "replay_off_run" and slow.ttft_error == pytest.approx(0.5)
     # 25% of a handful of preemptions is noise: within 2 of them is a match.
     assert judge_fidelity(Measured(1.0, 2.0, "client"), 3, 2.0).within
     assert judge_fidelity(Measured(0.0, 2.0, "client"), 0, 2.0).within
@@ -167,5 +170,6 @@ def test_a_baseline_that_misses_the_run_makes_the_verdicts_indicative(tmp_path):
     for v in missed.verdicts:
         if v.replay and v.replay["shown"]:  # the replay shows the gain ...
             assert v.status == "indicative" and not v.verified  # ... but cannot verify it
-            assert "preemptions" in v.status_reason and "measured" in v.status_reason
+            assert v.status_reason.code == "replay_off_run"
+    assert abs(missed.fidelity["preemption_error"]) > 0.25  # the baseline missed on preemptions
     assert any(v.status == "indicative" for v in missed.verdicts)

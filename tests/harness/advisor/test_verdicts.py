@@ -8,9 +8,11 @@ import pytest
 
 from harness.advisor import run_inputs, sizing
 from harness.advisor.advice import advise
-from harness.advisor.markdown import render
 from harness.advisor.record import Advice
 from harness.advisor.verdicts import ACTIONS
+from harness.bundle.finding import codes
+from harness.report.advice import NO_CHANGE, STATUS, advice_blocks, advice_markdown
+from harness.report.document import Bullets, Heading, Para
 from reference_engine.catalogue import get_gpu, get_model
 from reference_engine.config import EngineConfig
 from reference_engine.sim.engine import SimSpec
@@ -85,16 +87,24 @@ def test_add_memory_names_a_catalogue_deployment_that_holds_the_measured_demand(
 
 def test_paged_run_is_not_told_to_cut_a_context_nobody_exceeds(preempting):
     assert "cut_context" not in _by_action(preempting)
-    assert any(n.startswith("cut_context: not advised") for n in preempting["notes"])
+    assert "context_never_exceeded" in codes(preempting["notes"])
     lengths = preempting["workload"]["lengths"]
     assert lengths["suggested_max_model_len"] == 3072 and lengths["max_share_of_limit"] < 0.4
 
 
-def test_markdown_lists_verified_verdicts_first_with_their_replays(preempting):
-    md = render(Advice.from_json(preempting))
-    assert md.startswith("## Advice") and "verified by replay" in md and "Replay of" in md
+def test_the_advice_section_lists_verified_verdicts_first_with_their_replays(preempting):
+    blocks = advice_blocks(Advice.from_json(preempting))
+    headings = [b.text for b in blocks if isinstance(b, Heading)]
     first = preempting["verdicts"][0]
-    assert first["verified"] and md.index(first["title"]) < md.index("Also checked")
+    assert (
+        first["verified"] and headings[0] == f"1. {first['title']} ({first['action']}, {STATUS['verified']})"
+    )
+    (replayed, *_) = [b for b in blocks if isinstance(b, Bullets)]
+    assert any(item.startswith("Replay of ") for item in replayed.items)
+    notes = blocks.index(Para("Also checked:"))
+    assert blocks[notes + 1] == Bullets([n["text"] for n in preempting["notes"]])
+    md = advice_markdown(Advice.from_json(preempting))
+    assert md.startswith("## Advice\n") and md.index(first["title"]) < md.index("Also checked")
 
 
 def test_contiguous_reservations_are_told_to_cut_context(tmp_path_factory):
@@ -118,7 +128,7 @@ def test_ample_memory_gets_no_kv_advice(tmp_path_factory):
     advice = _advise(tmp_path_factory, "ample", long_requests(50, 0.5), spec, engine, model="llama-3.1-70b")
     assert not advice["diagnosis"]["kv_pressure"] and advice["diagnosis"]["preemptions"] == 0
     assert advice["verdicts"] == []
-    assert "No change advised" in render(Advice.from_json(advice))
+    assert Para(NO_CHANGE) in advice_blocks(Advice.from_json(advice))
 
 
 def test_waiting_with_low_kv_usage_is_not_the_kv_cache(tmp_path_factory):
@@ -173,7 +183,7 @@ def test_identical_prefixes_the_cache_does_not_hit_are_explained(tmp_path_factor
         model="llama-3.1-8b",
     )
     assert "make_prefix_identical" not in _by_action(advice)
-    assert any("prefix caching is off" in n for n in advice["notes"]), advice["notes"]
+    assert "prefix_caching_off" in codes(advice["notes"]), advice["notes"]
 
 
 def test_low_memory_utilisation_is_told_to_raise_it(tmp_path_factory):

@@ -10,6 +10,7 @@ from exporter.units import parse_duration
 from harness.analysis.latency import analyse_latency, throughput_over_time
 from harness.analysis.slo import Slos, meets_slos, parse_slos
 from harness.analysis.summary import summarize, write_summary
+from harness.bundle.finding import codes
 from harness.bundle.read import read_bundle
 from tests.harness.bundle.factory import Spec, make_bundle
 
@@ -129,4 +130,4 @@ def test_empty_bundle_summarises_without_crashing(tmp_path):
     d = make_bundle(tmp_path / "b", Spec(n_requests=0))
     s = summarize(d)
     assert s["requests"]["total"] == 0 and s["latency"]["ttft"]["p99"] is None
-    assert s["reliable"] is False and "no request succeeded" in s["selfcheck"]["reasons"][-1]
+    assert s["reliable"] is False and codes(s["selfcheck"]["reasons"])[-1] == "no_success"

@@ -6,11 +6,15 @@ client is marked unreliable, on the console next to the headline and, with
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from harness.analysis.summary import summarize, write_summary
+from harness.bundle.finding import codes
+from harness.report.selfcheck_section import UNRELIABLE
 from harness.report.write import write_report
 from tests.harness.analysis.runs import engine, kvscope
 from tests.support.browser import open_in_chromium
@@ -168,14 +172,17 @@ def test_a_normal_run_is_reliable(normal_run):
 def test_an_overloaded_client_is_marked_unreliable(overloaded_run):
     s = summarize(overloaded_run)
     assert not s["reliable"], s["selfcheck"]
-    assert any("late" in r or "moved the" in r or "CPU" in r for r in s["selfcheck"]["reasons"])
+    client = {"client_lag_typical", "client_lag_moved_p99", "load_generator_cpu"}
+    assert client & set(codes(s["selfcheck"]["reasons"])), s["selfcheck"]["reasons"]
     # On the console right under the headline, and as the exit status (--fail-on-unreliable).
     lines = (overloaded_run / "console.log").read_text().strip().splitlines()
     headline = next(i for i, line in enumerate(lines) if line.startswith("TTFT p50"))
     assert lines[headline + 1].startswith("self-check: UNRELIABLE: ")
-    assert lines[-1].startswith("kvscope run: exit 5 (unreliable): unreliable: ")
+    assert lines[-1].startswith("kvscope run: exit 5 (unreliable): ")
+    exit_reason = json.loads((overloaded_run / "run.json").read_text())["exit"]["reason"]
+    assert exit_reason["code"] == "unreliable_measurement" and exit_reason["text"] in lines[-1]
     write_report(overloaded_run)
-    assert "UNRELIABLE: the client distorted these numbers." in (overloaded_run / "report.md").read_text()
+    assert UNRELIABLE in (overloaded_run / "report.md").read_text()
 
 
 def test_tiny_kv_pool_ttft_p99_rises_after_preemptions_begin_and_the_report_says_so(preempting_run):

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.analysis.selfcheck import histogram_quantile, self_check
+from harness.analysis.selfcheck import self_check
 from harness.analysis.summary import summarize
+from harness.analysis.ttft_histogram import histogram_quantile
+from harness.bundle.finding import codes
 from harness.bundle.read import read_bundle
 from tests.harness.bundle.factory import Spec, make_bundle
 
@@ -25,7 +27,7 @@ def test_a_lagging_client_is_unreliable_with_the_reason(tmp_path):
     req["ttft_s"] += lag  # a busy client reads the first and the last chunk late
     req["e2e_s"] += lag
     check = self_check(req, b.server, b.run)
-    assert not check.reliable and "late (lag p50 > 50 ms)" in check.reasons[0]
+    assert not check.reliable and codes(check.reasons) == ["client_lag_typical"]
 
 
 def test_a_few_late_reads_that_move_the_p99_are_caught(tmp_path):
@@ -34,7 +36,8 @@ def test_a_few_late_reads_that_move_the_p99_are_caught(tmp_path):
     worst = req["ttft_s"].nlargest(6).index  # the slowest requests get slower still: the p99 moves
     req.loc[worst, ["ttft_s", "e2e_s"]] += 0.5
     check = self_check(req, b.server, b.run)
-    assert not check.reliable and "moved the TTFT p99" in check.reasons[0]
+    assert not check.reliable and check.reasons[0].code == "client_lag_moved_p99"
+    assert check.reasons[0].subject == "TTFT"
 
 
 def test_first_token_without_visible_text_is_not_client_lag(tmp_path):
@@ -47,15 +50,12 @@ def test_first_token_without_visible_text_is_not_client_lag(tmp_path):
 
 
 def test_schedule_lag_cpu_warning_and_client_errors(tmp_path):
-    assert (
-        "schedule lag p99"
-        in summarize(make_bundle(tmp_path / "a", Spec(schedule_lag_s=0.2)))["selfcheck"]["reasons"][0]
-    )
+    lagging = summarize(make_bundle(tmp_path / "a", Spec(schedule_lag_s=0.2)))["selfcheck"]["reasons"]
+    assert codes(lagging) == ["schedule_lag"] and lagging[0]["text"]  # summary.json: code beside text
     assert summarize(make_bundle(tmp_path / "a2", Spec(schedule_lag_s=0.002)))["reliable"]
     run_warn = {"warnings": ["CPU usage above 90%! This may constrain your throughput"]}
-    assert (
-        "CPU" in summarize(make_bundle(tmp_path / "b", Spec(run_extra=run_warn)))["selfcheck"]["reasons"][0]
-    )
+    warned = summarize(make_bundle(tmp_path / "b", Spec(run_extra=run_warn)))["selfcheck"]["reasons"]
+    assert codes(warned) == ["load_generator_cpu"]
     d = make_bundle(tmp_path / "c", Spec())
     (d / "logs").mkdir()
     (d / "logs" / "locust-worker0.log").write_text(
@@ -63,10 +63,11 @@ def test_schedule_lag_cpu_warning_and_client_errors(tmp_path):
     )
     s = summarize(d)
     assert not s["reliable"] and "locust-worker0.log" in s["selfcheck"]["cpu_warnings"][0]
+    assert codes(s["selfcheck"]["reasons"]) == ["load_generator_cpu"]
     b = read_bundle(make_bundle(tmp_path / "e", Spec()))
     req = b.requests.copy()
     req.loc[0, ["ok", "error_class"]] = [False, "client_error"]
-    assert "inside the client" in self_check(req, b.server, b.run).reasons[0]
+    assert codes(self_check(req, b.server, b.run).reasons) == ["client_errors"]
 
 
 def test_histogram_fallback_when_the_server_gives_no_per_request_timings(tmp_path):
@@ -105,9 +106,10 @@ def test_timings_without_queue_time_are_not_read_as_client_lag(tmp_path):
     queued = b.server.assign(requests_waiting=2.0)
     check = self_check(req, queued, b.run)
     assert check.reliable and check.method == "per_request" and check.lag_p50_s is None
-    assert any("waited for a slot" in n and "not checked" in n for n in check.notes)
-    idle = b.server.assign(requests_waiting=0.0)
-    assert not self_check(req, idle, b.run).reliable  # no queue: the delay is the client's
+    assert "queue_time_unknown" in codes(check.notes)
+    idle = self_check(req, b.server.assign(requests_waiting=0.0), b.run)
+    assert not idle.reliable  # no queue: the delay is the client's
+    assert "queue_time_excluded" in codes(idle.notes) and codes(idle.reasons) == ["client_lag_typical"]
 
 
 def test_too_few_server_timings_are_named_as_too_few_not_as_missing(tmp_path):
@@ -116,5 +118,4 @@ def test_too_few_server_timings_are_named_as_too_few_not_as_missing(tmp_path):
     few = measured.head(4)
     check = self_check(few, b.server, b.run)
     assert check.method == "none"
-    assert any("server TTFT for 4 request(s), fewer than the 5" in n for n in check.notes), check.notes
-    assert not any(n.startswith("no server TTFT") for n in check.notes)
+    assert codes(check.notes) == ["server_ttft_too_few"], check.notes

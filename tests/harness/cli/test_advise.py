@@ -21,6 +21,7 @@ from harness.bundle.deployment import BUNDLED, of_config
 from harness.run.commands import kvscope_command
 from reference_engine.config import EngineConfig
 from reference_engine.sim.engine import SimSpec
+from tests.exporter.test_exporter_app import wait_scraped
 from tests.harness.advisor.bundles import long_requests, simulate_bundle
 from tests.support.paths import ROOT
 from tests.support.prometheus import serve_app
@@ -77,7 +78,7 @@ def test_advise_writes_advice_json_and_the_report_advice_section(cpu_bundle, tmp
     if report.exists():  # harness.report is there: the Advice section comes first
         text = report.read_text()
         assert "Advice" in text and advice["verdicts"][0]["title"] in text
-        assert text.index(advice["verdicts"][0]["title"]) < text.index("##", text.index("Advice") + 10)
+        assert text.index(advice["verdicts"][0]["title"]) < text.index("\n## ", text.index("## Advice") + 10)
     else:
         assert (folder / "advice.md").read_text() == advice["markdown"]
 
@@ -209,7 +210,7 @@ def test_live_advice_from_a_running_exporter():
                 Options(interval=0.2, window=30),
             )
             async with serve_app(make_app(exporter)) as url:
-                await asyncio.sleep(2.5)
+                await wait_scraped(exporter, 12)  # 2.4 s of samples at the 0.2 s interval
                 text = await asyncio.to_thread(kvscope, "advise", "--live", url, "--window", "1m")
                 js = await asyncio.to_thread(kvscope, "advise", "--live", url, "--json")
                 return text, js

@@ -8,9 +8,12 @@ import re
 
 import pytest
 
-from harness.advisor.record import Advice, Verdict
+from harness.advisor.record import Advice, Verdict, read_advice
+from harness.bundle.finding import Finding
 from harness.report.write import write_report
 from tests.harness.bundle.factory import Spec, make_bundle
+from tests.harness.report.outline import html_outline, markdown_outline, titles
+from tests.harness.report.sections_before import RUN_SECTIONS
 from tests.support.browser import CHROMIUM, open_in_chromium
 
 EVIL_MODEL = "<script>alert(1)</script>"
@@ -26,19 +29,7 @@ def test_markdown_has_advice_first_and_every_section(tmp_path):
     d = _evil_bundle(tmp_path)
     write_report(d)
     md = (d / "report.md").read_text()
-    headers = re.findall(r"^## (.+)$", md, flags=re.M)
-    assert headers[0] == "Advice"
-    for h in (
-        "Measurement self-check",
-        "Latency",
-        "Throughput and goodput",
-        "Server and KV cache",
-        "Preemptions and latency",
-        "Latency by KV usage at send time",
-        "Client vs server timing",
-        "Errors",
-    ):
-        assert h in headers
+    assert titles(markdown_outline(md)) == RUN_SECTIONS  # Advice first, every section
     assert "TTFT p99 was higher after preemptions began" in md
     assert "<script>" not in md and "&lt;script>alert(1)&lt;/script>" in md
     for name in ("latency_cdf", "server_timeline", "throughput"):
@@ -82,28 +73,68 @@ def test_the_browser_check_does_see_errors_and_broken_images(tmp_path):
     assert page.images[0]["ok"] is False
 
 
-def test_advisor_markdown_and_advice_json(tmp_path):
+def test_the_advice_renders_into_the_reports_blocks_and_is_escaped(tmp_path):
     d = _evil_bundle(tmp_path)
-    advice_md = (
-        "## Advice\n\n### Verdict\n**Add KV memory** for <b>this</b> model.\n\n"
-        "1. quantize\n   - Effect: 2x\n2. cut context"
-    )
-    html = write_report(d, advice_markdown=advice_md).read_text()
-    advice = html[html.index("<h2>Advice</h2>") : html.index("<h2>Measurement self-check</h2>")]
-    assert "<h5>Verdict</h5>" in advice and "<strong>Add KV memory</strong>" in advice
-    assert "&lt;b&gt;this&lt;/b&gt;" in advice and "<ol><li>quantize\n<ul><li>Effect: 2x" in advice
-    assert (
-        html.count("<h2>Advice</h2>") == 1 and "<h4>Advice" not in html
-    )  # the advisor's own heading is dropped
-    md = (d / "report.md").read_text()
-    assert re.findall(r"^## (.+)$", md, flags=re.M)[0] == "Advice" and "## Advice\n\n### Verdict" in md
     verdict = Verdict(
-        "quantize_kv_cache", "KV cache is the bottleneck <x>", {}, {}, "use fp8 KV — evidence: p99 8x", False
+        "quantize_kv_cache",
+        "KV cache is the bottleneck <x>",
+        {"preemptions": 15, "x_<b>": 1.5},
+        {},
+        "use fp8 KV — evidence: p99 8x",
+        False,
+        status="indicative",
+        status_reason=Finding("replay_off_run", "the replay is <i>off</i>"),
     )
-    advice = Advice(str(d), {}, {}, {}, [verdict], [])
-    (d / "advice.json").write_text(json.dumps(advice.to_json()))
-    html = write_report(d).read_text()
-    assert "KV cache is the bottleneck &lt;x&gt;" in html and "use fp8 KV — evidence: p99 8x" in html
+    notes = [Finding("no_kv_pressure", "nothing <script>here</script>")]
+    (d / "advice.json").write_text(json.dumps(Advice(str(d), {}, {}, {}, [verdict], notes).to_json()))
+    page = write_report(d).read_text()
+    advice = page[page.index("<h2>Advice</h2>") : page.index("<h2>Measurement self-check</h2>")]
+    assert "<h3>1. KV cache is the bottleneck &lt;x&gt; (quantize_kv_cache, indicative" in advice
+    assert "<li>Why indicative: the replay is &lt;i&gt;off&lt;/i&gt;</li>" in advice
+    assert "<td>preemptions in the run</td><td>15</td>" in advice and "<td>x &lt;b&gt;</td>" in advice
+    assert (
+        "<li>nothing &lt;script&gt;here&lt;/script&gt;</li>" in advice and "use fp8 KV — evidence" in advice
+    )
+    md = (d / "report.md").read_text()
+    assert "### 1. KV cache is the bottleneck &lt;x> (quantize_kv_cache, indicative" in md
+    assert "| preemptions in the run | 15 |" in md and "- nothing &lt;script>here&lt;/script>" in md
+
+
+def test_an_advice_json_written_before_findings_had_codes_still_renders(tmp_path):
+    """advice.json and run.json from before codes: notes and reasons were bare strings."""
+    d = _evil_bundle(tmp_path)
+    run = json.loads((d / "run.json").read_text())
+    (d / "run.json").write_text(
+        json.dumps({**run, "status": "failed", "notes": ["the exporter did not come up"]})
+    )
+    old = {
+        "source": str(d), "deployment": {}, "diagnosis": {}, "workload": {},
+        "notes": ["cut_context: not advised"],
+        "verdicts": [
+            {
+                "action": "add_memory", "title": "Add KV memory", "evidence": {}, "projected": {},
+                "effect": "more blocks", "verified": False, "status": "indicative",
+                "status_reason": "the baseline is off", "alternatives": [],
+                "replay": {
+                    "change": {"label": "more"}, "baseline": {}, "changed": {}, "why": "fewer preemptions",
+                },
+            }
+        ],
+        "markdown": "## Advice\n\n(the old rendering)\n",
+    }  # fmt: skip
+    (d / "advice.json").write_text(json.dumps(old))
+    advice = read_advice(d)
+    assert advice.notes == [Finding("uncoded", "cut_context: not advised")]
+    assert advice.verdicts[0].status_reason == Finding("uncoded", "the baseline is off")
+    assert advice.verdicts[0].replay["why"] == {"code": "uncoded", "text": "fewer preemptions"}
+    page = write_report(d).read_text()
+    for text in (
+        "cut_context: not advised",
+        "Why indicative: the baseline is off",
+        "Replay of more, fewer preemptions",
+    ):
+        assert text in page
+    assert "<li>the exporter did not come up</li>" in page
 
 
 def test_sweep_folder_gets_a_sweep_report(tmp_path):
@@ -145,6 +176,8 @@ def test_sweep_folder_gets_a_sweep_report(tmp_path):
     assert re.findall(r"^## (.+)$", md, flags=re.M)[0] == "Advice" and "knee at load 4 users" in md
     assert "highest load meeting the SLOs" in md and (tmp_path / "plots" / "sweep.png").exists()
     assert html.count('<img src="data:image/png;base64,') == 1
+    outline = markdown_outline(md)  # the same blocks in both renderings, the sections as before
+    assert outline == html_outline(html) and titles(outline) == ["Advice", "Knee and SLO limit", "Points"]
 
 
 def test_a_bundle_with_no_server_samples_or_no_requests_still_reports(tmp_path):
@@ -157,23 +190,3 @@ def test_a_bundle_with_no_server_samples_or_no_requests_still_reports(tmp_path):
     e = make_bundle(tmp_path / "e", Spec(n_requests=0))
     html = write_report(e).read_text()
     assert "UNRELIABLE" in html and "no request succeeded" in html and 'alt="latency CDFs"' not in html
-
-
-def test_an_evidence_table_stays_inside_its_numbered_item():
-    from harness.advisor.evidence_table import evidence_rows, markdown_table
-    from harness.report.html import markdown_to_html
-
-    rows = evidence_rows({"preemptions": 15, "saturated_share": 0.42, "pool_blocks": 40, "x_<b>": 1.5})
-    assert rows == [
-        ("preemptions in the run", "15"),
-        ("time with the KV cache saturated", "42%"),
-        ("KV pool", "40 blocks"),
-        ("x <b>", "1.5"),
-    ]
-    md = "\n".join(
-        ["1. **First**", "   - Evidence:", "     ", *markdown_table(rows, "     "), "     ", "2. **Second**"]
-    )
-    html = markdown_to_html(md)
-    assert html.count("<ol>") == 1 and html.count("<table>") == 1  # one list: numbering goes on
-    assert html.index("<table>") < html.index("Second") and "<td>42%</td>" in html
-    assert "x &lt;b&gt;" in html and "<b>" not in html.replace("<b>First</b>", "")

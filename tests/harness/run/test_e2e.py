@@ -12,6 +12,7 @@ import pytest
 
 from harness.results import load
 from harness.run.commands import kvscope_command
+from tests.harness.bundle.findings_check import assert_coded
 from tests.support.servers import (
     ROOT,
     engine,
@@ -32,6 +33,7 @@ def engine_url(tmp_path_factory):
 def _check_bundle(out, engine_url, before: float):
     r = load(out)
     assert set(r.summary) >= {"headline", "client", "server"} and r.run["status"] == "completed"
+    assert "completed" in assert_coded(out)  # every finding in its JSON has a registered code
     locust_total, locust_failed = locust_requests(out / "locust" / "stats.json")
     after = finished_requests(engine_url)
     assert locust_total == len(r.requests) == after - before, (locust_total, len(r.requests), after - before)

@@ -44,7 +44,7 @@ def test_each_engine_gets_its_own_flags(engine, change, words) -> None:
 )
 def test_what_a_restart_cannot_apply_says_why(action, change, code) -> None:
     got = flag_change(action, change, "vllm", 16, {})
-    assert isinstance(got, NotApplicable) and got.code == code and got.reason
+    assert isinstance(got, NotApplicable) and got.code == code and got.reason.text
 
 
 def test_an_unknown_server_or_a_missing_llamacpp_context_is_not_applicable() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.advisor.check_text import check_line
+from harness.bundle.finding import Finding
 from harness.verify.check import deciding_metric, judge_check, not_applicable, predicted_metrics
 
 AS_RUN = {
@@ -43,7 +44,7 @@ def test_fewer_preemptions_than_the_noise_allows_confirm_the_verdict() -> None:
     assert check.error["preemptions"] == pytest.approx(-2.0) and check.error["ttft_p99_s"] == pytest.approx(
         -0.3
     )
-    assert "preemptions 40 -> 2 measured, predicted 0; noise ±4" in check.reason
+    assert "preemptions 40 -> 2 measured, predicted 0; noise ±4" in check.reason.text
     line = check_line("add_memory", check.to_json())
     assert line.startswith("add_memory (--num-blocks 85): confirmed: preemptions predicted 0, measured 2")
 
@@ -77,7 +78,8 @@ def test_unmeasured_and_not_applicable_checks_say_so() -> None:
     check = judge_check(_verdict(), CHANGE, {**AS_RUN, "preemptions": None}, RERUN, AS_RUN)
     assert check.status == "not applicable" and check.code == "verify_not_measured"
     na = not_applicable(
-        {"label": "x"}, "a change to the prompts, not to the server's flags", "verify_not_a_server_change"
+        {"label": "x"},
+        Finding("verify_not_a_server_change", "a change to the prompts, not to the server's flags"),
     )
     assert check_line("make_prefix_identical", na.to_json()) == (
         "make_prefix_identical (no flags): not applicable: a change to the prompts, not to the server's flags"
@@ -88,13 +90,13 @@ def test_a_miss_says_by_how_much_and_names_its_likeliest_cause() -> None:
     v = _verdict()  # predicts TTFT p99 1.2 s, p50 0.5 s
     measured = {**AS_RUN, "preemptions": 0.0, "ttft_p99_s": 3.0, "ttft_p50_s": 0.55}
     slower = judge_check(v, CHANGE, AS_RUN, RERUN, measured, speed=1.6)
-    miss = {m["metric"]: m for m in slower.misses}
+    miss = {m["subject"]: m for m in slower.misses}
     assert set(miss) == {"ttft_p99_s"}  # p50 is within 30%
     assert (
         miss["ttft_p99_s"]["error_share"] == pytest.approx(-0.6)
         and miss["ttft_p99_s"]["code"] == "verify_miss_speed"
     )
-    assert "x1.60 slower in this rerun" in miss["ttft_p99_s"]["cause"]
+    assert "x1.60 slower in this rerun" in miss["ttft_p99_s"]["text"]
     same_speed = judge_check(v, CHANGE, AS_RUN, RERUN, measured, speed=1.05)
     assert same_speed.misses[0]["code"] == "verify_miss_model"
     noisy = judge_check(v, CHANGE, AS_RUN, {**RERUN, "ttft_p99_s": 1.0}, measured, speed=1.6)

@@ -1,0 +1,105 @@
+"""The session workloads on the bundled engine with the real SmolLM2-135M (CPU): with a pool
+that holds every conversation, each turn finds the previous turn's prompt cached and the hit
+ratio rises with the turn; with a pool too small for the sessions that think between turns,
+their histories are evicted and the summary says so; an agent loop over a shared preamble is
+served mostly from the cache. Each figure is checked against requests.parquet itself."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness.results import load
+from tests.support.servers import kvscope_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+BLOCK = 16  # the bundled engine's default block size
+CHAT = (
+    "--workload", "multi_turn", "--turns", "4", "--user-tokens", "24", "--answer-tokens", "12",
+    "--system-tokens", "64", "--duration", "5m",
+)  # fmt: skip
+
+
+def run(tmp_path, name: str, *args: str):
+    rc, log, _ = kvscope_run(*args, "--out", str(tmp_path / name), "--no-advise", timeout_s=500)
+    assert rc == 0, log
+    return load(tmp_path / name)
+
+
+def continuing_turns(requests: pd.DataFrame) -> pd.DataFrame:
+    """Each measured turn k >= 1 beside its session's turn k-1, from the parquet alone."""
+    turns = requests[requests["session_id"].notna() & (requests["phase"] == "measure")].copy()
+    turns["turn"] = turns["turn"].astype(int)
+    previous = turns[["session_id", "turn", "prompt_tokens", "output_tokens", "conversation_hash"]]
+    previous = previous.assign(turn=previous["turn"] + 1).add_prefix("previous_")
+    return turns.merge(
+        previous, left_on=["session_id", "turn"], right_on=["previous_session_id", "previous_turn"]
+    )
+
+
+@pytest.fixture(scope="module")
+def large_pool(tmp_path_factory):
+    return run(
+        tmp_path_factory.mktemp("large"), "b", *CHAT, "--users", "4", "--sessions", "20",
+        "--turn-think-time", "0", "--num-blocks", "512",
+    )  # fmt: skip
+
+
+def test_every_turn_carries_the_whole_conversation(large_pool) -> None:
+    requests = large_pool.measured
+    assert requests["ok"].all() and requests["session_id"].nunique() == 20
+    assert all(
+        sorted(turns.astype(int)) == [0, 1, 2, 3] for _, turns in requests.groupby("session_id")["turn"]
+    )
+    pairs = continuing_turns(requests)
+    assert len(pairs) == 60
+    assert (pairs["history_hash"] == pairs["previous_conversation_hash"]).all()
+    # the server counted the previous prompt, its answer and a new message in each prompt
+    assert (pairs["prompt_tokens"] > pairs["previous_prompt_tokens"] + pairs["previous_output_tokens"]).all()
+
+
+def test_the_previous_prompt_is_found_cached_and_the_hit_ratio_rises(large_pool) -> None:
+    pairs = continuing_turns(large_pool.measured)
+    kept = pairs["cached_tokens"] >= pairs["previous_prompt_tokens"] - BLOCK
+    assert kept.mean() >= 0.9, pairs[~kept][["session_id", "turn", "cached_tokens", "previous_prompt_tokens"]]
+    sessions = large_pool.summary["sessions"]
+    assert sessions["history_cached"] == pytest.approx(kept.mean())
+    assert sessions["ends"]["completed"] == 20 and sessions["evicted_turns"] == (~kept).sum()
+    hit = [t["hit_ratio"] for t in sessions["by_turn"]]
+    assert len(hit) == 4 and min(hit[1:]) > hit[0] and hit[3] > hit[0] + 0.1, hit
+    print(f"large pool: history cached {kept.mean():.1%} of {len(pairs)} turns; hit ratio by turn {hit}")
+
+
+def test_a_small_pool_evicts_histories_between_turns(tmp_path) -> None:
+    bundle = run(
+        tmp_path, "b", *CHAT, "--users", "8", "--sessions", "8", "--turns", "3",
+        "--turn-think-time", "0.5-1", "--num-blocks", "32",
+    )  # fmt: skip
+    pairs = continuing_turns(bundle.measured)
+    evicted = pairs["cached_tokens"] < pairs["previous_prompt_tokens"] - BLOCK
+    sessions = bundle.summary["sessions"]
+    assert evicted.sum() >= 2 and sessions["evicted_turns"] == evicted.sum()
+    assert sessions["sessions_evicted"] == pairs[evicted]["session_id"].nunique()
+    assert sum(t["evicted"] for t in sessions["by_turn"]) == evicted.sum()
+    assert sessions["ttft_evicted"]["count"] == evicted.sum()
+    assert any("found it evicted" in line for line in bundle.summary["verdicts"])
+    print(
+        f"small pool: {evicted.sum()} of {len(pairs)} turns evicted "
+        f"in {sessions['sessions_evicted']} sessions; "
+        f"hit ratio by turn {[t['hit_ratio'] for t in sessions['by_turn']]}; "
+        f"{sessions['sessions_preempted']} sessions preempted"
+    )
+
+
+def test_an_agent_loop_is_served_from_the_cache(tmp_path) -> None:
+    bundle = run(
+        tmp_path, "b", "--workload", "agentic", "--users", "4", "--sessions", "8", "--steps", "6",
+        "--preamble-tokens", "512", "--task-tokens", "32", "--tool-tokens", "48", "--answer-tokens", "8",
+        "--duration", "5m", "--num-blocks", "1024",
+    )  # fmt: skip
+    requests = bundle.measured
+    assert requests["ok"].all() and len(requests) == 48
+    share = (requests["cached_tokens"] / requests["prompt_tokens"]).mean()
+    assert share >= 0.8, requests[["session_id", "turn", "prompt_tokens", "cached_tokens"]]
+    assert bundle.summary["sessions"]["history_cached"] == 1.0
+    print(f"agentic: mean cached share of prompt tokens {share:.1%} over {len(requests)} calls")
