@@ -268,6 +268,25 @@ def peers_section() -> str:
     )
 
 
+def advice_sections() -> list[str]:
+    """The advice benchmarks' tables (`python -m benchmarks.replay_fidelity` and
+    `python -m benchmarks.advice_accuracy`, each rerunning the bundled engine and vLLM for
+    minutes to most of an hour on 2 cores): not in this run's set, kept from their own last
+    runs, which write benchmarks/NAME.md."""
+    return [
+        "## Replay fidelity: the demo configuration against its unchanged replay (`python -m "
+        "benchmarks.replay_fidelity --write`)",
+        "",
+        kept_section("replay_fidelity.md", "Not run in this tree yet."),
+        "",
+        "## Advice accuracy: verdicts applied to the server and rerun (`python -m benchmarks.advice_accuracy "
+        "--write`)",
+        "",
+        kept_section("advice_accuracy.md", "Not run in this tree yet."),
+        "",
+    ]
+
+
 def earlier_sections(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     """({title: its "## " section}, {key: its summary-table row}) of an earlier RESULTS.md, so
     a run with --only replaces its own sections and keeps the others (each says when and where
@@ -339,6 +358,7 @@ def render(
     lines += body
     lines += ["", "## Peer load generators against one simulated server (`make bench-peers`)", ""]
     lines += [peers_section(), ""]
+    lines += ["", *advice_sections()]
     lines += ["", "## GPU kernels", "", kernels_section(), ""]
     return "\n".join(lines)
 

@@ -62,7 +62,12 @@ def replay_basis(dep: Deployment, requests: pd.DataFrame, run: dict[str, Any]) -
     used = {
         "requests": f"the run's {done} completed requests (lengths from the server's usage, shared "
         "prefixes from the prompt fingerprints)",
-        "pool": f"{dep.num_blocks} blocks of {bs} tokens" if dep.num_blocks else "unknown",
+        "pool": (
+            f"{dep.num_blocks} blocks of {bs} tokens, "
+            + ("the engine's configuration" if dep.bundled else "as the server published them (its metrics)")
+        )
+        if dep.num_blocks
+        else "unknown",
         "step_times": f"fitted to the per-request timings from {_timing_source(requests)}"
         if timed
         else "the catalogue's cost model",

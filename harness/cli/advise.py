@@ -56,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Only for a bundle whose server kvscope started (the bundled engine, or `kvscope run --serve`); "
         "takes one run's time per change, plus one",
     )
+    p.add_argument(
+        "--verify-only",
+        metavar="ACTION,...",
+        help="--verify with only these verdicts (e.g. add_memory); the others are not rerun",
+    )
     t = p.add_argument_group("the served deployment (for --target runs, or to correct run.json)")
     t.add_argument(
         "--deployment",
@@ -102,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
     if bool(args.bundle) == bool(args.live):
         return _error("give a bundle folder DIR or --live EXPORTER_URL (one of them)")
+    if args.verify_only:
+        args.verify = True
     if args.verify and (args.live or args.no_replay):
         return _error("--verify needs a bundle folder and its replays (not --live, not --no-replay)")
     try:
@@ -142,14 +149,14 @@ def _live(args: argparse.Namespace) -> int:
     return 0
 
 
-def verify_bundle(folder) -> int:
+def verify_bundle(folder, only: str | None = None) -> int:
     """The verify loop on a folder: 0 when it ran, 2 when the folder's server cannot be restarted
     by kvscope, 130 when interrupted."""
     from harness.verify.loop import verify
     from harness.verify.rerun import NotRerunnable
 
     try:
-        advice = verify(folder)
+        advice = verify(folder, frozenset(only.split(",")) if only else None)
     except NotRerunnable as exc:
         return _error(f"--verify: {exc}")
     print(f"wrote the checks into {folder / 'advice.json'} and {folder / 'report.html'}")
@@ -173,7 +180,7 @@ def _bundle(args: argparse.Namespace) -> int:
     inputs = run_inputs.load(args.bundle, stated)
     data = advise_and_report(args.bundle, inputs, replay=not args.no_replay)
     if args.verify:
-        return verify_bundle(Path(args.bundle))
+        return verify_bundle(Path(args.bundle), args.verify_only)
     if args.json:
         print(json.dumps(data, indent=2))
     else:

@@ -196,6 +196,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="after the run and its advice, prove each verdict on the server: `kvscope advise --verify` "
         "on the bundle (the bundled engine or --serve; each change is one more run of the same length)",
     )
+    p.add_argument(
+        "--verify-only",
+        metavar="ACTION,...",
+        help="--verify with only these verdicts (e.g. add_memory)",
+    )
     add_workload_options(
         p, "workload options (each workload uses some; see `locust -f loadtests/NAME.py --help`)"
     )
@@ -209,6 +214,7 @@ def _run(args: argparse.Namespace) -> int:
     from harness.run.orchestrate import run_from_args
     from harness.run.outcome import MEASURED, Exit
 
+    args.verify = args.verify or bool(args.verify_only)
     if args.verify and (args.no_advise or (args.target and not args.serve)):
         print(
             "kvscope run: error: --verify needs the advice (not --no-advise) and a server kvscope starts "
@@ -223,4 +229,4 @@ def _run(args: argparse.Namespace) -> int:
         return code
     from harness.cli.advise import verify_bundle
 
-    return verify_bundle(Path(args.out)) or code
+    return verify_bundle(Path(args.out), args.verify_only) or code

@@ -327,6 +327,7 @@ def stop_all(run: Run) -> int | None:
     for name in ("engine", "server"):
         if (server := run.children.get(name)) is not None:
             server.stop(signal.SIGTERM, timeout_s=SERVER_STOP_S)
+            server.reap_group()
     otlp.stop_receiver(run)
     return master_rc
 
@@ -343,6 +344,7 @@ def stop_at_once(run: Run) -> int | None:
     for child in run.children.values():
         child.wait(max(0.0, deadline - time.monotonic()))
         child.stop(signal.SIGKILL, timeout_s=1.0)
+        child.reap_group()
     run.notes.append(
         Finding(
             "stopped_at_once",

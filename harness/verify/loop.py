@@ -53,6 +53,8 @@ class Loop:
         key = change.flags if change else ()
         if key in self._measured:
             return self._measured[key]
+        taken = {p.name for p in (self.folder / VERIFY_DIR).glob("*") if p.is_dir()}
+        name = next(n for n in (name, *(f"{name}-{i}" for i in range(2, 100))) if n not in taken)
         out = self.folder / VERIFY_DIR / name
         what = " ".join(change.words()) if change else "unchanged"
         self.say(f"rerunning {name} ({what}) -> {out}")
@@ -107,8 +109,9 @@ def _check(loop: Loop, verdict: dict[str, Any], block_size: int, as_run: dict, b
     return judge_check(verdict, applied, as_run, baseline, measured, speed)
 
 
-def verify(folder: Path) -> dict[str, Any]:
+def verify(folder: Path, only: frozenset[str] | None = None) -> dict[str, Any]:
     """Run the loop on a bundle (see the module doc); returns advice.json's new content.
+    `only`: the verdict actions to apply (None: all; the others keep no check).
     ValueError (NotRerunnable) when the bundle's server cannot be restarted by kvscope."""
     from harness.postprocess import advise_and_report
     from harness.report.advice import advice_markdown
@@ -120,11 +123,12 @@ def verify(folder: Path) -> dict[str, Any]:
         advise_and_report(folder, inputs)
     advice = read_json_object(folder / ADVICE_JSON)
     loop = Loop(folder, run, _engine(run), reference=StepReference.of(inputs))
-    loop.say(f"{len(advice['verdicts'])} verdict(s) to apply to {loop.engine}; each rerun repeats the run")
+    chosen = [v for v in advice["verdicts"] if only is None or v["action"] in only]
+    loop.say(f"{len(chosen)} verdict(s) to apply to {loop.engine}; each rerun repeats the run")
     as_run = measured_metrics(inputs)
     baseline, why, _ = loop.measure("baseline", None)
     block_size = inputs.deployment.engine.block_size
-    for v in advice["verdicts"]:
+    for v in chosen:
         if loop.interrupted:
             break
         if baseline is None:
