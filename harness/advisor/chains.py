@@ -11,8 +11,10 @@ server's timings (arrival to arrival minus the previous one's server-side durati
 engine saw), else on the client's (send to send minus the previous one's E2E). A gap is
 never negative.
 
-An open-loop run (a request rate, a trace replay) has no chains: its requests are replayed
-at their recorded send times.
+An open-loop run (a request rate, a trace replay) has no users to chain, but its
+conversations are chains too: a session's turn goes out after the previous turn's answer
+(`session_id`, the multi-turn workloads and a replayed trace with sessions). Requests outside
+any session are replayed at their recorded send times.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-ChainSource = Literal["user_id", "rebuilt", "open_loop"]
+ChainSource = Literal["user_id", "rebuilt", "session_id", "open_loop"]
 END_SLACK_S = 0.05  # a request sent this soon before another one's recorded end still follows it
 
 
@@ -77,21 +79,25 @@ def _rebuilt(send: np.ndarray, end: np.ndarray, users: int | None) -> np.ndarray
 def find_chains(rows: pd.DataFrame, run: dict[str, Any]) -> Chains:
     """The chains of `rows` (the requests to replay, any order)."""
     n = len(rows)
-    if not closed_loop(run) or n == 0:
+    sessions = rows["session_id"] if "session_id" in rows.columns else pd.Series([None] * n, dtype=object)
+    if n == 0 or (not closed_loop(run) and sessions.isna().all()):
         return Chains(np.full(n, -1), np.zeros(n), "open_loop")
     send = _num(rows, "send_time_unix")
     client_end = send + np.nan_to_num(_num(rows, "e2e_s"), nan=0.0)
     arrival = _num(rows, "server_arrival_unix")
     server_end = arrival + _num(rows, "server_e2e_s")
     ids = rows["user_id"] if "user_id" in rows.columns else pd.Series([None] * n)
-    if ids.notna().all():
+    if not closed_loop(run):
+        codes = pd.factorize(sessions.astype(object).where(sessions.notna(), None))[0]
+        chain, source = np.where(sessions.notna(), codes, -1), "session_id"
+    elif ids.notna().all():
         chain, source = pd.factorize(ids.astype(str))[0], "user_id"
     else:
         config = run.get("config") if isinstance(run.get("config"), dict) else {}
         users = config.get("users") if isinstance(config.get("users"), int) else None
         chain, source = _rebuilt(send, client_end, users), "rebuilt"
     after = np.zeros(n)
-    for c in np.unique(chain):
+    for c in np.unique(chain[chain >= 0]):
         members = np.flatnonzero(chain == c)
         members = members[np.argsort(send[members], kind="stable")]
         for prev, cur in zip(members[:-1], members[1:]):

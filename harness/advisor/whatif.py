@@ -384,7 +384,12 @@ def make_replayer(
     if len(trace) > MAX_REPLAY_REQUESTS:
         axis += f"; only the first {MAX_REPLAY_REQUESTS:,} of {len(trace):,} requests are replayed"
         trace, near = trace[:MAX_REPLAY_REQUESTS], near[:MAX_REPLAY_REQUESTS]
-    if links.source != "open_loop":
+    if links.source == "session_id":
+        axis += (
+            f"; {links.users} conversations replayed as chains (each turn its recorded gap after the "
+            "previous turn finished in the replay), other requests at their send times"
+        )
+    elif links.source != "open_loop":
         how = "by user id" if links.source == "user_id" else "rebuilt from the timings: no user ids recorded"
         axis += (
             f"; closed loop: {links.users} users ({how}), each request sent its recorded gap after the "

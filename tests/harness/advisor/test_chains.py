@@ -80,3 +80,12 @@ def test_rebuilding_never_makes_more_chains_than_the_run_had_users(users) -> Non
     chains = find_chains(frame, run)
     assert chains.users == (1 if users == 1 else 2)
     assert (chains.after_s >= 0).all()
+
+
+def test_an_open_loop_runs_conversations_are_chains_and_its_other_requests_are_not() -> None:
+    frame = _two_users(with_ids=True).assign(session_id=lambda f: f["user_id"].map({"a": "s1", "b": None}))
+    chains = find_chains(frame, {"config": {"workload": "replay"}})
+    assert chains.source == "session_id" and chains.users == 1
+    in_session = frame["session_id"].notna().to_numpy()
+    assert (chains.chain[~in_session] == -1).all() and (chains.after_s[~in_session] == 0).all()
+    assert sorted(chains.after_s[in_session].round(4).tolist()) == [0.0, 0.11, 0.11]
