@@ -12,14 +12,16 @@ than the run sees the load its users would have sent it. An open-loop run (a rat
 is replayed at its recorded send times.
 
 Time axis. When the bundle has the server's per-request timings, the step time is fitted to
-them (`step_fit`: overhead, per decoding sequence, per prefilled token), so the replay runs
-in the run's own seconds on the server that ran; a change of GPU or tensor parallelism
+them (`step_fit`: overhead, per decoding sequence, per prefilled token and its context, and
+the server's speed drifting over the run, `step_drift`), so the replay runs in the run's own
+seconds on the server that ran (a --target's replay uses what the run measured:
+`replay_basis`); a change of GPU or tensor parallelism
 scales that fit by the catalogue cost model's ratio between the two deployments. Without
 such timings: a --simulate run (or a --target run described with a catalogue GPU) uses the
 catalogue's cost model of that deployment; a run on the real bundled engine uses the cost
 model of SmolLM2-135M on an L4 with arrivals stretched by the ratio of its modelled decode
-step to the run's median inter-token gap (times divided back into the run's seconds). The
-time axis says which.
+step to the run's median inter-token gap (times divided back into the run's seconds; `twin`).
+The time axis says which.
 
 Every what-if is compared with the replay of the unchanged configuration, and that
 baseline is first held against the run itself (`fidelity`): preemptions and TTFT p99
@@ -33,7 +35,6 @@ gain over a baseline that misses the run is "indicative", with the baseline's er
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -48,8 +49,9 @@ from harness.advisor.replay_basis import replay_basis
 from harness.advisor.run_inputs import RunInputs
 from harness.advisor.step_drift import OnRunClock
 from harness.advisor.step_fit import StepFit, Transferred, fit_steps
+from harness.advisor.twin import REAL_ENGINE_GPU, scaled_twin, stand_in
 from harness.bundle.finding import Finding
-from reference_engine.catalogue import MODELS, ModelSpec, get_gpu, get_model
+from reference_engine.catalogue import get_gpu, get_model
 from reference_engine.config import EngineConfig
 from reference_engine.sim.cost_model import CostModel
 from reference_engine.sim.replay import ReplayResult, TraceRequest, replay_trace
@@ -58,8 +60,6 @@ from reference_engine.sim.spec import SimSpec
 VERIFY_TTFT_GAIN = 0.05
 UNFINISHED_ERRORS = ("timeout", "stream_error")
 MAX_REPLAY_REQUESTS = 5_000  # bounds the advisor's time: every what-if replays the whole trace
-REAL_ENGINE_TWIN = "smollm2-135m"
-REAL_ENGINE_GPU = "l4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,47 +291,6 @@ def unfinished(requests: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _observed_step_s(requests: pd.DataFrame) -> float | None:
-    """The run's median inter-token gap (a decode step of the real engine, queueing aside)."""
-    if "itl_s" not in requests.columns:
-        return None
-    gaps = [
-        float(g)
-        for row in requests["itl_s"].dropna()
-        for g in (row if hasattr(row, "__len__") else [row])
-        if g is not None and math.isfinite(float(g)) and g > 0
-    ]
-    return float(np.median(gaps)) if gaps else None
-
-
-def _scaled_twin(
-    done: pd.DataFrame, twin, limit: int, blocks: int, mean_running: float | None
-) -> tuple[float, str]:
-    """Without a step-time fit: the twin's cost model, arrivals stretched by its modelled
-    decode step over the run's median inter-token gap; (scale, time axis)."""
-    observed = _observed_step_s(done)
-    batch = max(1, round(mean_running or 1))
-    context = int((done["prompt_tokens"] + done["output_tokens"] / 2).median()) if len(done) else 256
-    modelled = CostModel(twin, get_gpu(REAL_ENGINE_GPU)).step_time([(1, max(1, min(context, limit)))] * batch)
-    scale = modelled / observed if observed else 1.0
-    return scale, (
-        f"modelled: the run's {blocks:,}-block pool with a {twin.name} on {REAL_ENGINE_GPU} cost model, "
-        f"arrivals scaled x{scale:.3g} to the run's observed step time"
-        + ("" if observed else " (no inter-token gaps recorded: unscaled)")
-    )
-
-
-def _twin(dep: Deployment) -> ModelSpec:
-    """The catalogue model standing in for one it does not know: SmolLM2 (the bundled engine's),
-    or the smallest-context model that admits the run's max_model_len (only the scheduler's
-    context limit reads it; the pool is the run's and the step times are fitted)."""
-    if dep.model:
-        return get_model(dep.model)
-    smol, need = get_model(REAL_ENGINE_TWIN), dep.max_model_len or 0
-    longer = [m for m in MODELS.values() if m.max_context >= need]
-    return smol if need <= smol.max_context or not longer else min(longer, key=lambda m: m.max_context)
-
-
 def make_replayer(
     inputs: RunInputs,
     evidence: WorkloadEvidence,
@@ -356,11 +315,11 @@ def make_replayer(
         config = replace(config, max_model_len=dep.max_model_len)
         scale, axis = 1.0, f"modelled: {dep.model} on {dep.tp} x {dep.gpu} (the simulator's cost model)"
     else:  # the real bundled engine or a --target: a catalogue twin sizes nothing (the pool is the run's)
-        twin = _twin(dep)
+        twin = stand_in(dep)
         spec = SimSpec(twin.name, REAL_ENGINE_GPU, 1, 0.9, "auto")
         limit = min(dep.max_model_len or twin.max_context, twin.max_context)
         config = replace(config, max_model_len=limit, kv_cache_dtype="auto")
-        scale, axis = (1.0, "") if fit is not None else _scaled_twin(done, twin, limit, blocks, mean_running)
+        scale, axis = (1.0, "") if fit is not None else scaled_twin(done, twin, limit, blocks, mean_running)
     if fit is not None:
         axis = (
             f"the run's own seconds: {blocks:,}-block pool, step times fitted to the server's per-request "

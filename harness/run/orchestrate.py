@@ -38,7 +38,8 @@ from harness.run.config import ConfigError, RunConfig, from_args
 from harness.run.finish import finish
 from harness.run.outcome import Exit
 from harness.run.progress import JsonlTail, Progress
-from harness.run.serve import ENGINE_NAMES, ServeCommand, flag_value, port_taken
+from harness.run.serve import ServeCommand
+from harness.run.served import start_served
 from harness.run.server_facts import target_facts
 from harness.run.state import Run, RunFailed
 
@@ -47,7 +48,6 @@ END_PROBE_TIMEOUT_S = 3.0  # after the load: does the target still answer?
 PROGRESS_EVERY_S = 2.0
 ABORT_SIGNAL = signal.SIGUSR1  # the Locust master's "stop at once" (harness.load.context)
 ABORT_GRACE_S = 1.5  # after a second Ctrl-C, children still running this long after are killed
-SPAN_FLAG_ENGINES = ("vllm", "bundled")  # take --otlp-traces-endpoint (and OTLP/HTTP by environment)
 SERVER_STOP_S = 20.0  # a server still up this long after SIGTERM to its process group is killed
 
 
@@ -144,39 +144,6 @@ def start_target(run: Run) -> None:
             f"the engine did not become healthy ({reason}); last lines of its log:\n{child.log_tail()}"
         )
     run.target_url = f"http://127.0.0.1:{port}"
-
-
-def start_served(run: Run, serve: ServeCommand) -> None:
-    """`--serve`: start the command, wait for its /health (see `harness.run.serve`)."""
-    if port_taken(serve.host, serve.port):
-        raise RunFailed(
-            f"--serve: {serve.host}:{serve.port} is already in use (another server holds the port); "
-            "stop it or give the command another --port",
-            code=Exit.TARGET_UNREACHABLE,
-        )
-    name = ENGINE_NAMES.get(serve.engine, "the server")
-    run.say(f"starting {name}: {serve.text()}")
-    run.serve = serve
-    argv, env = list(serve.argv), serve.environment()
-    if serve.engine in SPAN_FLAG_ENGINES and flag_value(argv, "--otlp-traces-endpoint") is None:
-        argv, env = argv + otlp.engine_flags(run), otlp.engine_env(run, env) or env  # --otlp: spans to us
-    child = run.children["server"] = procs.start("server", argv, run.paths["logs"], env=env)
-    ok, reason = procs.wait_http(
-        serve.url + "/health", run.cfg.startup_timeout_s, child, ok=lambda s: s == 200 or run.interrupts > 0
-    )
-    if run.interrupts:
-        raise RunFailed("interrupted while the server was starting", code=Exit.INTERRUPTED)
-    if not ok:
-        what = (
-            f"exited with status {child.returncode} before it was healthy"
-            if not child.running
-            else f"was not healthy on {serve.url}/health within {run.cfg.startup_timeout_s:g} s ({reason})"
-        )
-        raise RunFailed(
-            f"--serve: the server {what}; last lines of logs/server.log:\n{child.log_tail() or '(empty)'}",
-            code=Exit.TARGET_UNREACHABLE,
-        )
-    run.say(f"{name} is healthy on {serve.url}")
 
 
 def server_models(url: str) -> list[dict]:
