@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from harness.advisor.step_drift import Drift, fit_drift
+from harness.advisor.step_drift import Drift, find_stalls, fit_drift
 from reference_engine.sim.cost_model import StepTimeModel
 
 MIN_ROWS = 12
@@ -58,6 +58,7 @@ class StepFit:
     per_prefill_context_s: float = 0.0  # per prefilled token per token of its context
     outliers: int = 0  # rows dropped by the trim (see the module doc)
     drift: Drift | None = None  # the server's speed over the run (`step_drift`); None: steady
+    stalls: tuple[tuple[float, float], ...] = ()  # (unix start, seconds over the model): `step_drift`
 
     def step_time(self, batch: Sequence[tuple[int, int]]) -> float:
         if not batch:
@@ -89,6 +90,12 @@ class StepFit:
                 f"; the server's speed drifted x{self.drift.spread:.2f} over the run "
                 f"({len(self.drift.factors)} knots), replayed as it drifted"
                 if self.drift
+                else ""
+            )
+            + (
+                f"; {len(self.stalls)} stalled step(s) ({sum(s for _, s in self.stalls):.2f} s over the "
+                "model in all) replayed where they happened"
+                if self.stalls
                 else ""
             )
         )
@@ -230,8 +237,9 @@ def _relative_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return coef, np.abs(x @ coef - y) / y
 
 
-def _rows(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The fit's rows (x, y, unix time), or None with fewer than MIN_ROWS."""
+def _rows(r: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
+    """The fit's rows (x, y, unix time, whether the row is one step: a prefill), or None with
+    fewer than MIN_ROWS."""
     arrival = _column(r, "server_arrival_unix")
     if not np.isfinite(arrival).any():
         return None
@@ -245,8 +253,9 @@ def _rows(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     pre = _Prefills.of(q)
     parts = [_decode_rows(q, pre), _prefill_rows(q, pre)]
     x, y, t = (np.concatenate([p[k] for p in parts]) for k in range(3))
+    single = np.concatenate([np.zeros(len(parts[0][1]), bool), np.ones(len(parts[1][1]), bool)])
     keep = np.isfinite(x).all(axis=1) & np.isfinite(y) & (y > 0)
-    return (x[keep], y[keep], t[keep] + origin) if keep.sum() >= MIN_ROWS else None
+    return (x[keep], y[keep], t[keep] + origin, single[keep]) if keep.sum() >= MIN_ROWS else None
 
 
 def _trimmed_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -266,7 +275,7 @@ def fit_steps(requests: pd.DataFrame) -> StepFit | None:
     rows = _rows(requests[requests["ok"].astype(bool)] if "ok" in requests.columns else requests)
     if rows is None:
         return None
-    x, y, t = rows
+    x, y, t, single = rows
     coef, error, kept = _trimmed_fit(x, y)
     drift, d_coef, d_kept = None, coef, kept
     for _ in range(DRIFT_ROUNDS):  # the drift from the residuals, the coefficients under the drift
@@ -283,7 +292,9 @@ def fit_steps(requests: pd.DataFrame) -> StepFit | None:
         return None
     a, b, c, d = (float(v) for v in coef)
     outliers = int(len(y) - kept.sum())
-    return StepFit(a, b, c, int(kept.sum()), float(np.median(error)), d, outliers, drift)
+    modelled = (x @ coef) * (drift.at(t) if drift is not None else 1.0)
+    stalls = find_stalls(t[single & ~kept] - y[single & ~kept] / 2, (y - modelled)[single & ~kept])
+    return StepFit(a, b, c, int(kept.sum()), float(np.median(error)), d, outliers, drift, stalls)
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,10 +156,10 @@ class Replayer:
         if self.step_fit is None:
             return None
         if (spec.gpu, spec.tensor_parallel_size) == (self.spec.gpu, self.spec.tensor_parallel_size):
-            drift = self.step_fit.drift
-            return (
-                self.step_fit if drift is None else OnRunClock(self.step_fit, drift, self.t0_unix, self.scale)
-            )
+            fit = self.step_fit
+            if fit.drift is None and not fit.stalls:
+                return fit
+            return OnRunClock(fit, fit.drift, self.t0_unix, self.scale, fit.stalls)
         model = get_model(spec.model)  # the KV dtype is the same on both sides: left at auto
         return Transferred(
             self.step_fit,

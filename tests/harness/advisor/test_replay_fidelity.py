@@ -81,6 +81,22 @@ def test_a_stalled_step_is_an_outlier_and_does_not_set_the_slope() -> None:
     assert fit is not None and fit.outliers == groups[3][0]  # the group's k prefill rows
     assert fit.per_prefill_token_s == pytest.approx(C, rel=1e-6) and fit.median_error < 1e-6
     assert f"{fit.outliers} outlier(s) left out" in fit.describe()
+    # ... but it is replayed where it happened: one stall of 5 s, at the start of that step.
+    frame = _server_timings(groups, stalled=3)
+    start = frame["server_arrival_unix"].iloc[sum(k for k, _, _ in groups[:3])]
+    assert len(fit.stalls) == 1 and fit.stalls[0] == (
+        pytest.approx(start, abs=1e-3),
+        pytest.approx(5.0, rel=1e-3),
+    )
+    assert "1 stalled step(s) (5.00 s over the model in all)" in fit.describe()
+
+
+def test_a_stall_delays_the_replayed_step_it_falls_in_once_and_an_idle_replay_not_at_all() -> None:
+    fit = StepFit(0.1, 0.0, 0.0, 20, 0.0)
+    clock = OnRunClock(fit, None, t0_unix=1000.0, stalls=((1000.25, 2.0), (1003.0, 1.0)))
+    assert clock.step_time_at([(1, 5)], 0.2) == pytest.approx(2.1)  # the step over 1000.2-1000.3
+    assert clock.step_time_at([(1, 5)], 0.3) == pytest.approx(0.1)  # spent
+    assert clock.step_time_at([(1, 5)], 4.0) == pytest.approx(0.1)  # 1003.0 passed while idle
 
 
 def test_a_server_that_slowed_down_mid_run_is_fitted_with_its_drift() -> None:
