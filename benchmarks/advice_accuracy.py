@@ -57,8 +57,9 @@ def _vllm_args() -> tuple[str, ...]:
         {
             "enable_kv_cache_events": True,
             "publisher": "zmq",
-            "endpoint": f"tcp://127.0.0.1:{EVENTS_PORT}",
-            "replay_endpoint": f"tcp://127.0.0.1:{EVENTS_PORT + 1}",
+            # vLLM binds an endpoint whose host is `*` and connects to any other: it must bind here.
+            "endpoint": f"tcp://*:{EVENTS_PORT}",
+            "replay_endpoint": f"tcp://*:{EVENTS_PORT + 1}",
         }
     )
     python = ROOT / ".venv-vllm" / "bin" / "python"
