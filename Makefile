@@ -3,7 +3,7 @@
 # llama.cpp's server into ~/.cache/kvscope (or reuses the build there); setup.sh does it too.
 PYTHON ?= .venv/bin/python
 
-.PHONY: bench bench-peers llama-server test
+.PHONY: bench bench-peers bench-vllm llama-server test
 
 bench:
 	$(PYTHON) -m benchmarks.run_all
@@ -16,6 +16,12 @@ llama-server:
 bench-peers:
 	bash scripts/install_peers.sh
 	$(PYTHON) -m benchmarks.peer_clients --out benchmarks/peer_clients.md
+
+# Not in `bench`: vLLM's CPU build starts in minutes, from a venv of its own (.venv-vllm);
+# decode tokens/s on vLLM, llama.cpp and kvscope in one run; its table joins benchmarks/RESULTS.md.
+bench-vllm: llama-server
+	bash scripts/setup_vllm.sh >/dev/null
+	$(PYTHON) -m benchmarks.decode_vs_vllm --out benchmarks/decode_vs_vllm.md
 
 test:
 	./scripts/test.sh

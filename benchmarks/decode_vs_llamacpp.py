@@ -124,9 +124,18 @@ def prompts(tokenizer, n: int) -> list[list[int]]:
     return out
 
 
-def http_rate(url: str, ids: list[list[int]], tokens: int) -> float:
+def http_rate(url: str, ids: list[list[int]], tokens: int, extra: dict | None = None) -> float:
+    """`extra`: more request fields, for one server only (vLLM's `return_token_ids`)."""
     bodies = [
-        {"prompt": p, "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True} for p in ids
+        {
+            "prompt": p,
+            "max_tokens": tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            **(extra or {}),
+        }
+        for p in ids
     ]
     results, _ = run_streams(url, bodies)
     assert all(len(r.token_times) == tokens for r in results), [len(r.token_times) for r in results]

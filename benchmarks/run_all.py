@@ -28,6 +28,9 @@ from benchmarks.machine_info import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+VLLM_TITLE = (
+    "SmolLM2-135M decode on vLLM 0.32's CPU build, llama.cpp and kvscope, one thread each (`make bench-vllm`)"
+)
 STOP_GRACE_S = 10  # between a timed-out benchmark's SIGTERM and its SIGKILL
 
 
@@ -287,6 +290,16 @@ def advice_sections() -> list[str]:
     ]
 
 
+def vllm_section() -> str:
+    """`make bench-vllm`'s table (decode on vLLM's CPU build, llama.cpp and kvscope): not in this
+    run's set (vLLM's own venv, minutes to start), kept from its own last run."""
+    return kept_section(
+        "decode_vs_vllm.md",
+        "`make bench-vllm` (`benchmarks/decode_vs_vllm.py`) has not been run in this tree: it needs vLLM's "
+        "CPU build (`scripts/setup_vllm.sh`) and llama-server (`scripts/build_llama_server.sh`).",
+    )
+
+
 def earlier_sections(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     """({title: its "## " section}, {key: its summary-table row}) of an earlier RESULTS.md, so
     a run with --only replaces its own sections and keeps the others (each says when and where
@@ -356,6 +369,7 @@ def render(
             lines.append(rows.get(bench.key, f"| {bench.key} | kept | - | `{bench.command}` |"))
             body += ["", sections[bench.title]]
     lines += body
+    lines += ["", f"## {VLLM_TITLE}", "", vllm_section(), ""]
     lines += ["", "## Peer load generators against one simulated server (`make bench-peers`)", ""]
     lines += [peers_section(), ""]
     lines += ["", *advice_sections()]

@@ -4,7 +4,8 @@ keeps the arrival time of every token.
 Token counting: both kvscope and llama.cpp's llama-server stream one token per SSE chunk of a
 choice (its text may be empty while a UTF-8 character is incomplete), so a chunk with a
 non-empty `choices` list is one token, except llama-server's last chunk of a completion, which
-carries the finish_reason and the usage but no token.
+carries the finish_reason and the usage but no token. vLLM may merge tokens into one chunk:
+asked with `return_token_ids`, a chunk's `token_ids` says how many it carries.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ async def stream(session: aiohttp.ClientSession, url: str, body: dict) -> Stream
             now = time.perf_counter()
             chunk = json.loads(line[6:])
             if chunk.get("choices") and not chunk.get("usage"):
-                result.token_times.append(now)
+                # vLLM puts several tokens in one chunk when its API server falls behind the
+                # engine; asked for `return_token_ids`, it lists them in the chunk
+                ids = chunk["choices"][0].get("token_ids")
+                result.token_times.extend([now] * (1 if ids is None else len(ids)))
             if chunk.get("usage"):
                 result.completion_tokens = chunk["usage"]["completion_tokens"]
             if "kvscope" in chunk:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from reference_engine.free_block_queue import FreeBlockQueue, KVBlock
 from reference_engine.kv_events.events import (
+    FULL_ATTENTION,
     MEDIUM_GPU,
     AllBlocksCleared,
     BlockRemoved,
@@ -155,6 +156,7 @@ class BlockPool:
                 lora_name=None,
                 extra_keys=[None] * len(run),
                 group_idx=0,
+                kv_cache_spec_kind=FULL_ATTENTION,
             )
         )
 

@@ -8,6 +8,9 @@
   `cache_config_info` gives the block size. The V0 hit-rate gauge is never used.
 - Inter-token latency: `inter_token_latency_seconds`, else the old TPOT histogram.
 - Block residency (`--kv-cache-metrics`, 0.12+): the three `kv_block_*_seconds` histograms.
+- Capacity: `cache_config_info`'s num_gpu_blocks x block_size; vLLM 0.32 also states
+  `kv_cache_size_tokens`, used only when the block count is unusable (0.32 CPU: the same
+  figure for a full-attention model; fixture tests/fixtures/vllm-0.32-cpu).
 - Instances: one per (`model_name`, `engine`); `cache_config_info` carries `engine` but no
   model, so it is matched on `engine` alone (or applies to all when it has none).
 """
@@ -142,9 +145,33 @@ def _cache_config(idx: FamilyIndex, samples: dict[Key, EngineSample], notes: lis
             s.enable_prefix_caching = {"True": True, "False": False}.get(
                 labels.get("enable_prefix_caching", "")
             )
+            _stated_tokens(s, num(labels.get("kv_cache_size_tokens")), notes)
             fill_capacity(s)
     if any(labels.get("num_gpu_blocks") in (None, "None") for labels, _ in rows):
-        notes.append("cache_config_info has no usable num_gpu_blocks: KV capacity unknown")
+        known = all(s.kv_capacity_tokens for s in samples.values())
+        notes.append(
+            "cache_config_info has no usable num_gpu_blocks: KV capacity "
+            + ("from kv_cache_size_tokens" if known else "unknown")
+        )
+
+
+def _stated_tokens(s: EngineSample, stated: float | None, notes: list[str]) -> None:
+    """vLLM 0.32 states its token capacity (`kv_cache_size_tokens`: max concurrency x
+    max_model_len, aware of sliding-window and hybrid layer groups). It is the capacity when
+    the block count is unusable; otherwise blocks x block size stays the capacity, so blocks,
+    tokens and the usage gauge (a share of blocks) agree, and a disagreement is noted."""
+    if stated is None:
+        return
+    if s.kv_capacity_blocks is None:
+        s.kv_capacity_tokens = stated
+    elif s.kv_block_size_tokens and stated != s.kv_capacity_blocks * s.kv_block_size_tokens:
+        note = (
+            f"cache_config_info states kv_cache_size_tokens={stated:g}, not num_gpu_blocks x block_size = "
+            f"{s.kv_capacity_blocks * s.kv_block_size_tokens:g} (layer groups of different kinds, e.g. "
+            "sliding window): KV capacity is given in blocks x block_size"
+        )
+        if note not in notes:
+            notes.append(note)
 
 
 def _blocks_to_tokens(samples: dict[Key, EngineSample], notes: list[str]) -> None:

@@ -205,12 +205,16 @@ def block_size_of(server: pd.DataFrame, deployment_block_size: Any) -> int | Non
     return int(deployment_block_size) if isinstance(deployment_block_size, (int, float)) else None
 
 
-def session_summary(bundle: Bundle) -> dict[str, Any] | None:
-    """summary.json's `sessions`: the analysis with the block size the run states, or None
-    for a run without sessions."""
+def bundle_sessions(bundle: Bundle) -> SessionAnalysis | None:
+    """The analysis with the block size the run states, or None for a run without sessions."""
     try:
         fact = bundle.deployment.engine.get("block_size") if bundle.deployment else None
     except BundleError:  # malformed facts: the server's own samples may still say
         fact = None
-    analysis = analyse_sessions(bundle.requests, block_size_of(bundle.server, fact.value if fact else None))
+    return analyse_sessions(bundle.requests, block_size_of(bundle.server, fact.value if fact else None))
+
+
+def session_summary(bundle: Bundle) -> dict[str, Any] | None:
+    """summary.json's `sessions` (`bundle_sessions` as a dict), or None."""
+    analysis = bundle_sessions(bundle)
     return analysis.to_dict() if analysis else None

@@ -11,6 +11,7 @@ from typing import Any
 from harness.advisor.record import Advice, read_advice
 from harness.analysis.latency import itl_values, throughput_over_time, window_bounds
 from harness.analysis.server import clip_to_window, timeline
+from harness.analysis.sessions import bundle_sessions
 from harness.analysis.slo import Slos, parse_slos, per_request_metrics
 from harness.analysis.summary import slos_from_run, summarize
 from harness.bundle.jsonfile import read_json_object
@@ -20,6 +21,7 @@ from harness.report import plots
 from harness.report.content import run_document
 from harness.report.document import Document
 from harness.report.run_report import RunReport
+from harness.report.session_plots import sessions_by_turn
 from harness.report.sweep_content import SweepReport, sweep_document
 from harness.report.verify_section import verify_figures
 
@@ -46,6 +48,7 @@ def run_figures(bundle: Bundle, slos: Slos) -> tuple[dict[str, Any], dict[str, s
         "throughput": plots.throughput_timeline(
             throughput_over_time(req), tl, t0, plot_dir / "throughput.png", warm
         ),
+        "sessions": sessions_by_turn(bundle_sessions(bundle), plot_dir / "sessions.png"),
     }
     return summary, {k: str(p.relative_to(d)) for k, p in made.items() if p is not None}
 

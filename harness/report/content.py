@@ -26,6 +26,7 @@ from harness.report.run_report import RunReport
 from harness.report.selfcheck_section import selfcheck_section
 from harness.report.server_sections import client_server_section, server_section
 from harness.report.server_timing import server_split_section
+from harness.report.session_section import sessions_section
 from harness.report.verify_section import verify_section
 
 SectionFn = Callable[[RunReport], Section | None]
@@ -45,6 +46,7 @@ RUN_SECTIONS: tuple[SectionFn, ...] = (
     server_section,
     preemption_section,
     kv_band_section,
+    sessions_section,
     client_server_section,
     server_split_section,
     errors_section,

@@ -20,6 +20,10 @@ import msgspec
 
 ExternalBlockHash = bytes | int
 MEDIUM_GPU = "GPU"
+# vLLM's KVCacheSpecKind of a full-attention layer group, set on every BlockStored since 0.32
+# (its KV cache manager annotates each store with its group's kind; the bundled model has one
+# full-attention group, so its sliding window stays None and is omitted).
+FULL_ATTENTION = "full_attention"
 
 
 class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):

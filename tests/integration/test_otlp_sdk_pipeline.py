@@ -11,14 +11,12 @@ Collector's `otlphttp` exporter with `encoding: json` sends.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import urllib.request
 
 import pandas as pd
 import pytest
-from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -32,6 +30,7 @@ from harness.bundle.read import normalise_requests
 from harness.bundle.spans import RAW_DIR, fill_from_spans, write_spans
 from harness.workload.record import RequestRecord
 from tests.harness.otlp.receiver import receiver
+from tests.support.otlp_bodies import otlp_json
 
 pytestmark = pytest.mark.timeout(120)
 N = 40
@@ -44,13 +43,7 @@ class OtlpJsonExporter(SpanExporter):
         self.endpoint = endpoint
 
     def export(self, spans) -> SpanExportResult:
-        doc = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
-        for rs in doc.get("resourceSpans", []):
-            for ss in rs.get("scopeSpans", []):
-                for s in ss.get("spans", []):
-                    for key in ("traceId", "spanId", "parentSpanId"):
-                        if key in s:
-                            s[key] = base64.b64decode(s[key]).hex()
+        doc = otlp_json(encode_spans(spans))
         req = urllib.request.Request(
             self.endpoint, json.dumps(doc).encode(), {"Content-Type": "application/json"}, method="POST"
         )

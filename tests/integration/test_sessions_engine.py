@@ -82,7 +82,12 @@ def test_a_small_pool_evicts_histories_between_turns(tmp_path) -> None:
     assert sessions["sessions_evicted"] == pairs[evicted]["session_id"].nunique()
     assert sum(t["evicted"] for t in sessions["by_turn"]) == evicted.sum()
     assert sessions["ttft_evicted"]["count"] == evicted.sum()
-    assert any("found it evicted" in line for line in bundle.summary["verdicts"])
+    # the report's sessions section shows it: its by-turn table and figure
+    report = (tmp_path / "b" / "report.md").read_text()
+    section = report.split("## Sessions", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert sum(int(row[8]) for row in rows) == evicted.sum(), section
+    assert "plots/sessions.png" in section and (tmp_path / "b" / "plots" / "sessions.png").is_file()
     print(
         f"small pool: {evicted.sum()} of {len(pairs)} turns evicted "
         f"in {sessions['sessions_evicted']} sessions; "
