@@ -17,7 +17,9 @@ the bundle's server_* columns):
 - a request's prefill time (first scheduled to first token) is the step that computed its
   uncached prompt, with the prompts of the requests whose first token came out of the same
   step (within SAME_STEP_S), next to the B sequences then decoding: one row
-  (1, B, prompt tokens of that step, their context) -> time.
+  (1, B, prompt tokens of that step, their context) -> time; a prompt over the step's token
+  budget (chunked prefill, as CPU engines and vLLM V1 do) took n = ceil(uncached / budget)
+  steps: (n, n x B, ...).
 Requests that were preempted are left out (their decode time holds a recompute and a wait).
 The coefficients are the non-negative least-squares fit of the rows' relative errors (a
 shared machine stalls some steps for seconds; a stall must not set the slope), after one
@@ -222,12 +224,15 @@ def _decode_rows(q: _Requests, pre: _Prefills) -> Rows:
     return x, q.decode_s[d] / steps, (q.first[d] + q.end[d]) / 2
 
 
-def _prefill_rows(q: _Requests, pre: _Prefills) -> Rows:
+def _prefill_rows(q: _Requests, pre: _Prefills, budget: int | None) -> Rows:
     p = q.clean & np.isfinite(q.prefill_s) & (q.uncached > 0)
     tokens, context, weight = pre.between(q.first[p] - SAME_STEP_S, q.first[p] + SAME_STEP_S, "left")
     at = q.first[p] - 1e-6  # just before the step ended: everyone in it is running
     decoding = q.running(at, at + 1e-9) - weight  # minus the step's prefills
-    x = np.column_stack([np.ones(p.sum()), np.maximum(0.0, decoding), tokens, context])
+    # A prompt longer than the step's token budget is prefilled in chunks, one per step, each
+    # step with its own overhead and the sequences decoding beside it.
+    steps = np.ceil(q.uncached[p] / budget).clip(min=1) if budget else np.ones(p.sum())
+    x = np.column_stack([steps, np.maximum(0.0, decoding) * steps, tokens, context])
     return x, q.prefill_s[p], q.first[p] - q.prefill_s[p] / 2
 
 
@@ -237,7 +242,7 @@ def _relative_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return coef, np.abs(x @ coef - y) / y
 
 
-def _rows(r: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
+def _rows(r: pd.DataFrame, budget: int | None) -> tuple[np.ndarray, ...] | None:
     """The fit's rows (x, y, unix time, whether the row is one step: a prefill), or None with
     fewer than MIN_ROWS."""
     arrival = _column(r, "server_arrival_unix")
@@ -251,9 +256,9 @@ def _rows(r: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
         return None
     q = _Requests(*(getattr(q, f)[known] for f in q.__dataclass_fields__))
     pre = _Prefills.of(q)
-    parts = [_decode_rows(q, pre), _prefill_rows(q, pre)]
+    parts = [_decode_rows(q, pre), _prefill_rows(q, pre, budget)]
     x, y, t = (np.concatenate([p[k] for p in parts]) for k in range(3))
-    single = np.concatenate([np.zeros(len(parts[0][1]), bool), np.ones(len(parts[1][1]), bool)])
+    single = np.concatenate([np.zeros(len(parts[0][1]), bool), parts[1][0][:, 0] == 1])
     keep = np.isfinite(x).all(axis=1) & np.isfinite(y) & (y > 0)
     return (x[keep], y[keep], t[keep] + origin, single[keep]) if keep.sum() >= MIN_ROWS else None
 
@@ -268,11 +273,12 @@ def _trimmed_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return coef, kept_error, inlier
 
 
-def fit_steps(requests: pd.DataFrame) -> StepFit | None:
-    """The step-time model of the run's server, or None (see the module doc)."""
+def fit_steps(requests: pd.DataFrame, budget: int | None = None) -> StepFit | None:
+    """The step-time model of the run's server, or None (see the module doc); `budget`: the
+    server's max_num_batched_tokens, when known (longer prompts were prefilled in chunks)."""
     if requests.empty or any(c not in requests.columns for c in NEED):
         return None
-    rows = _rows(requests[requests["ok"].astype(bool)] if "ok" in requests.columns else requests)
+    rows = _rows(requests[requests["ok"].astype(bool)] if "ok" in requests.columns else requests, budget)
     if rows is None:
         return None
     x, y, t, single = rows

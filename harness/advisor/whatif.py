@@ -302,11 +302,12 @@ def make_replayer(
     cannot be replayed: its pool size is unknown, or the engine refuses the setup."""
     dep = inputs.deployment
     done = completed(inputs.requests)
-    fit = fit_steps(inputs.requests)
+    basis = replay_basis(dep, inputs.requests, inputs.run)
+    budget = basis.assumed.get("max_num_batched_tokens", dep.known("max_num_batched_tokens"))
+    fit = fit_steps(inputs.requests, budget)
     blocks = base_blocks(dep)
     if blocks is None:
         raise ValueError("the run's KV pool size is unknown (no kv_capacity_blocks samples, no engine flags)")
-    basis = replay_basis(dep, inputs.requests, inputs.run)
     config = replace(dep.engine, num_blocks=blocks, kv_cache_memory=None, **basis.assumed)
     if dep.gpu_sized:
         spec = SimSpec(

@@ -124,6 +124,20 @@ def test_a_drifting_model_times_a_step_by_the_speed_at_its_start_on_the_runs_clo
     assert model.step_time_at([(1, 5)], 60.0) == pytest.approx(0.03)
 
 
+def test_a_prompt_over_the_token_budget_is_fitted_as_its_chunks_steps() -> None:
+    """A server with a 256-token budget prefills a 600-token prompt in 3 steps: its prefill time
+    holds 3 overheads; told the budget, the fit recovers the model."""
+    groups = [(1, prompt, tokens) for _, prompt, tokens in _groups(13)]
+    frame = _server_timings(groups)
+    chunks = np.ceil(frame["prompt_tokens"] / 256)
+    frame["server_prefill_time_s"] += (chunks - 1) * A
+    frame["server_ttft_s"] += (chunks - 1) * A
+    frame["server_e2e_s"] += (chunks - 1) * A
+    fit = fit_steps(frame, budget=256)
+    assert fit is not None and fit.median_error < 1e-6
+    assert (fit.overhead_s, fit.per_prefill_token_s) == pytest.approx((A, C), rel=1e-5)
+
+
 def test_no_fit_without_server_timings_or_with_too_few_requests() -> None:
     frame = _server_timings([(2, 100, 10)] * 3)
     assert fit_steps(frame) is None  # 6 requests: too few rows
