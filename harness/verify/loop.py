@@ -92,10 +92,25 @@ def _command_flags(run: dict[str, Any]) -> dict[str, str]:
     return {f: v for f in ("-c", "-np") if (v := flag_value(argv, f)) is not None}
 
 
+def change_of(verdict: dict[str, Any]) -> dict[str, Any]:
+    """The verdict's change: the one its replay ran, else what it projects (a verdict that was
+    not replayed still names its pool, dtype or limit)."""
+    replayed = (verdict.get("replay") or {}).get("change")
+    if replayed:
+        return replayed
+    projected, action = verdict.get("projected") or {}, verdict.get("action")
+    out: dict[str, Any] = {"label": verdict.get("title")}
+    if action == "quantize_kv_cache":
+        out["kv_cache_dtype"] = "fp8"
+    if action in ("add_memory", "quantize_kv_cache") and projected.get("pool_blocks"):
+        out["num_blocks"] = projected["pool_blocks"]
+    if action == "cut_context" and projected.get("max_model_len"):
+        out["max_model_len"] = projected["max_model_len"]
+    return out
+
+
 def _check(loop: Loop, verdict: dict[str, Any], block_size: int, as_run: dict, baseline: dict) -> Check:
-    change = (verdict.get("replay") or {}).get("change") or {}
-    if verdict.get("action") == "add_memory" and "pool_blocks" in verdict.get("projected", {}) and not change:
-        change = {"num_blocks": verdict["projected"]["pool_blocks"]}
+    change = change_of(verdict)
     flags = flag_change(verdict["action"], change, loop.engine, block_size, _command_flags(loop.run))  # type: ignore[arg-type]
     if isinstance(flags, NotApplicable):
         return not_applicable({"label": change.get("label")}, flags.reason)

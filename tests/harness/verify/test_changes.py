@@ -75,3 +75,19 @@ def test_flags_replace_their_earlier_values_in_either_spelling() -> None:
         "--num-blocks",
         "95",
     ]
+
+
+def test_a_verdict_that_was_not_replayed_still_names_its_change() -> None:
+    from harness.verify.loop import change_of
+
+    replayed = {"action": "add_memory", "replay": {"change": POOL}, "projected": {"pool_blocks": 95}}
+    assert change_of(replayed) == POOL
+    fp8 = {
+        "action": "quantize_kv_cache",
+        "title": "Quantize",
+        "replay": None,
+        "projected": {"pool_blocks": 127},
+    }
+    assert change_of(fp8) == {"label": "Quantize", "kv_cache_dtype": "fp8", "num_blocks": 127}
+    cut = {"action": "cut_context", "title": "Cut", "projected": {"max_model_len": 512}}
+    assert flag_change("cut_context", change_of(cut), "vllm", 16, {}).words() == ["--max-model-len", "512"]  # type: ignore[union-attr]
