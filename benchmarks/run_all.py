@@ -263,6 +263,25 @@ def peers_section() -> str:
     )
 
 
+def advice_sections() -> list[str]:
+    """The advice benchmarks' tables (`python -m benchmarks.replay_fidelity` and
+    `python -m benchmarks.advice_accuracy`, each rerunning the bundled engine and vLLM for
+    minutes to most of an hour on 2 cores): not in this run's set, kept from their own last
+    runs, which write benchmarks/NAME.md."""
+    return [
+        "## Replay fidelity: the demo configuration against its unchanged replay (`python -m "
+        "benchmarks.replay_fidelity --write`)",
+        "",
+        kept_section("replay_fidelity.md", "Not run in this tree yet."),
+        "",
+        "## Advice accuracy: verdicts applied to the server and rerun (`python -m benchmarks.advice_accuracy "
+        "--write`)",
+        "",
+        kept_section("advice_accuracy.md", "Not run in this tree yet."),
+        "",
+    ]
+
+
 def vllm_section() -> str:
     """`make bench-vllm`'s table (decode on vLLM's CPU build, llama.cpp and kvscope): not in this
     run's set (vLLM's own venv, minutes to start), kept from its own last run."""
@@ -345,6 +364,7 @@ def render(
     lines += ["", f"## {VLLM_TITLE}", "", vllm_section(), ""]
     lines += ["", "## Peer load generators against one simulated server (`make bench-peers`)", ""]
     lines += [peers_section(), ""]
+    lines += ["", *advice_sections()]
     lines += ["", "## GPU kernels", "", kernels_section(), ""]
     return "\n".join(lines)
 

@@ -27,11 +27,12 @@ from harness.advisor import capacity
 from harness.advisor.deployment import Deployment
 from harness.advisor.diagnose import WindowDiagnosis, diagnose_window, main_window, windows_from_server_frame
 from harness.advisor.evidence import WorkloadEvidence, completed, workload_evidence
-from harness.advisor.facts import REPLAYS, collect, replay_missing
+from harness.advisor.facts import REPLAYS, collect
 from harness.advisor.kv_curve import kv_event_verdicts
 from harness.advisor.measured_terms import with_measured_terms
 from harness.advisor.plausibility import implausible
 from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
+from harness.advisor.replay_basis import replay_basis
 from harness.advisor.run_inputs import RunInputs
 from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.status import mark_replay, replay_status
@@ -259,7 +260,7 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         return Advice(str(inputs.path or ""), deployment_view(dep), {}, json_safe(workload), [], notes)
     demand, upper = None, _upper_bound_demand(inputs, work)
     replayer, distrust = None, None
-    if replay and (lacking := replay_missing(dep)):
+    if replay and (lacking := replay_basis(dep, inputs.requests, inputs.run).missing):
         needed[REPLAYS] = lacking
         notes.append(
             Finding(

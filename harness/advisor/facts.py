@@ -10,11 +10,10 @@ Needs, and why:
   arithmetic runs on;
 - cut_context: max_model_len, the allocator (a contiguous one reserves max_model_len per
   request, a paged one does not) and the pool;
-- the replays of a --target run: everything the simulator's scheduler and cost model
-  decide with (model, GPU, tensor parallelism, pool, block size, max_num_seqs, the step's
-  token budget, allocator, prefix caching, cache dtype). The bundled engine's and
-  simulator's configuration is known field by field, so for them this never bites; a
-  run on the real bundled CPU engine replays on its catalogue twin by design.
+- the replays of a --target run: the pool, and what could bind or time a step that the server
+  does not publish (`replay_basis`: the catalogue model and GPU only without the server's
+  per-request timings). The bundled engine's and simulator's configuration is known field by
+  field, so for them this never bites.
 """
 
 from __future__ import annotations
@@ -31,18 +30,6 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "raise_memory_utilization": ("gpu_memory_utilization", "model", "gpu"),
     "cut_context": ("max_model_len", "allocator", "num_blocks", "block_size"),
 }
-TARGET_REPLAY_NEEDS = (
-    "model",
-    "gpu",
-    "tensor_parallel_size",
-    "num_blocks",
-    "block_size",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "allocator",
-    "enable_prefix_caching",
-    "kv_cache_dtype",
-)
 REPLAYS = "replays"
 
 
@@ -58,10 +45,6 @@ class MissingFact:
 
 def missing_for(dep: Deployment, action: str) -> list[str]:
     return dep.unknown(NEEDS.get(action, ()))
-
-
-def replay_missing(dep: Deployment) -> list[str]:
-    return [] if dep.bundled else dep.unknown(TARGET_REPLAY_NEEDS)
 
 
 def not_issued(action: str, missing: list[str]) -> Finding:

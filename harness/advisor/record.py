@@ -44,6 +44,7 @@ class Verdict(Claim):
     alternatives: list[dict[str, Any]] = field(default_factory=list)  # other changes replayed
     status: VerdictStatus = "not replayed"
     status_reason: Finding | None = None
+    check: dict[str, Any] | None = None  # the change applied and measured (`kvscope advise --verify`)
 
     def to_dict(self) -> dict[str, Any]:
         reason = None if self.status_reason is None else self.status_reason.to_dict()

@@ -5,19 +5,23 @@ The trace is every completed request: arrival = its send time from the first sen
 prompt and output tokens from the server's usage, and its shared-prefix group from the
 prompt fingerprints (`prefixes`; the server's cached-token counts set a floor under each
 group's shared length, see `WorkloadEvidence.prefix_groups`), so a shared system prompt
-hits the cache in the replay as it did in the run. Closed-loop runs are replayed open-loop
-at their recorded send times (a faster server would have received requests sooner; the
-comparison between two replays stays fair because both see the same arrivals).
+hits the cache in the replay as it did in the run. A closed-loop run is replayed closed-loop
+(`chains`): each user's first request at its send time, each later one its recorded gap after
+the user's previous request finished in the replay, so a replayed server slower or faster
+than the run sees the load its users would have sent it. An open-loop run (a rate, a trace)
+is replayed at its recorded send times.
 
 Time axis. When the bundle has the server's per-request timings, the step time is fitted to
-them (`step_fit`: overhead, per decoding sequence, per prefilled token), so the replay runs
-in the run's own seconds on the server that ran; a change of GPU or tensor parallelism
+them (`step_fit`: overhead, per decoding sequence, per prefilled token and its context, and
+the server's speed drifting over the run, `step_drift`), so the replay runs in the run's own
+seconds on the server that ran (a --target's replay uses what the run measured:
+`replay_basis`); a change of GPU or tensor parallelism
 scales that fit by the catalogue cost model's ratio between the two deployments. Without
 such timings: a --simulate run (or a --target run described with a catalogue GPU) uses the
 catalogue's cost model of that deployment; a run on the real bundled engine uses the cost
 model of SmolLM2-135M on an L4 with arrivals stretched by the ratio of its modelled decode
-step to the run's median inter-token gap (times divided back into the run's seconds). The
-time axis says which.
+step to the run's median inter-token gap (times divided back into the run's seconds; `twin`).
+The time axis says which.
 
 Every what-if is compared with the replay of the unchanged configuration, and that
 baseline is first held against the run itself (`fidelity`): preemptions and TTFT p99
@@ -31,18 +35,21 @@ gain over a baseline that misses the run is "indicative", with the baseline's er
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from harness.advisor.capacity import base_blocks
+from harness.advisor.chains import Chains, find_chains
 from harness.advisor.deployment import Deployment
 from harness.advisor.evidence import WorkloadEvidence, completed
 from harness.advisor.fidelity import Fidelity, Measured, judge_fidelity, measured_run
+from harness.advisor.replay_basis import replay_basis
 from harness.advisor.run_inputs import RunInputs
+from harness.advisor.step_drift import OnRunClock
 from harness.advisor.step_fit import StepFit, Transferred, fit_steps
+from harness.advisor.twin import REAL_ENGINE_GPU, scaled_twin, stand_in
 from harness.bundle.finding import Finding
 from reference_engine.catalogue import get_gpu, get_model
 from reference_engine.config import EngineConfig
@@ -53,8 +60,6 @@ from reference_engine.sim.spec import SimSpec
 VERIFY_TTFT_GAIN = 0.05
 UNFINISHED_ERRORS = ("timeout", "stream_error")
 MAX_REPLAY_REQUESTS = 5_000  # bounds the advisor's time: every what-if replays the whole trace
-REAL_ENGINE_TWIN = "smollm2-135m"
-REAL_ENGINE_GPU = "l4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,7 @@ class Comparison:
     why: Finding
     time_axis: str
     fidelity: Fidelity | None = None  # the baseline against the run; None: not checked
+    basis: dict[str, str] = field(default_factory=dict)  # the data the replay used
 
     def to_dict(self) -> dict:
         return {
@@ -110,6 +116,7 @@ class Comparison:
             "why": self.why.to_dict(),
             "time_axis": self.time_axis,
             "baseline_fidelity": None if self.fidelity is None else self.fidelity.to_dict(),
+            "basis": self.basis,
         }
 
 
@@ -128,6 +135,8 @@ class Replayer:
     excluded: int
     step_fit: StepFit | None = None  # the run's own step times; None: the catalogue's cost model
     measured: Measured | None = None  # what the run measured, for the baseline's fidelity
+    t0_unix: float = 0.0  # the run's time of the trace's 0 (its first send)
+    basis: dict[str, str] = field(default_factory=dict)  # the data the replay used, in words
     _baseline: ReplayMetrics | None = field(default=None)
 
     def baseline(self) -> ReplayMetrics:
@@ -147,7 +156,10 @@ class Replayer:
         if self.step_fit is None:
             return None
         if (spec.gpu, spec.tensor_parallel_size) == (self.spec.gpu, self.spec.tensor_parallel_size):
-            return self.step_fit
+            fit = self.step_fit
+            if fit.drift is None and not fit.stalls:
+                return fit
+            return OnRunClock(fit, fit.drift, self.t0_unix, self.scale, fit.stalls)
         model = get_model(spec.model)  # the KV dtype is the same on both sides: left at auto
         return Transferred(
             self.step_fit,
@@ -180,7 +192,7 @@ class Replayer:
     def compare(self, change: Change) -> Comparison:
         base, changed = self.baseline(), self.run(change)
         ok, why = judge(base, changed)
-        return Comparison(change, base, changed, ok, why, self.time_axis, self.fidelity())
+        return Comparison(change, base, changed, ok, why, self.time_axis, self.fidelity(), self.basis)
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -244,17 +256,20 @@ def build_trace(
     near: bool = False,
     scale: float = 1.0,
     t0: float | None = None,
+    chains: Chains | None = None,
 ) -> list[TraceRequest]:
     """One TraceRequest per row (see the module doc); arrivals count from `t0` (default: the
-    first send in `done`)."""
+    first send in `done`); `chains`: each row's closed-loop user and gap, in row order."""
     if t0 is None:
         t0 = float(done["send_time_unix"].min()) if len(done) else 0.0
     groups = evidence.prefix_groups(done, near) if evidence.sharing else [(-1, 0)] * len(done)
     n = done["n"].fillna(1).astype(int).tolist() if "n" in done.columns else [1] * len(done)
+    chain = chains.chain.tolist() if chains is not None else [-1] * len(done)
+    after = chains.after_s.tolist() if chains is not None else [0.0] * len(done)
     return [
-        TraceRequest((float(t) - t0) * scale, int(p), int(o), max(1, k), g, tokens)
-        for t, p, o, k, (g, tokens) in zip(
-            done["send_time_unix"], done["prompt_tokens"], done["output_tokens"], n, groups
+        TraceRequest((float(t) - t0) * scale, int(p), int(o), max(1, k), g, tokens, c, a * scale)
+        for t, p, o, k, (g, tokens), c, a in zip(
+            done["send_time_unix"], done["prompt_tokens"], done["output_tokens"], n, groups, chain, after
         )
     ]
 
@@ -276,36 +291,6 @@ def unfinished(requests: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _observed_step_s(requests: pd.DataFrame) -> float | None:
-    """The run's median inter-token gap (a decode step of the real engine, queueing aside)."""
-    if "itl_s" not in requests.columns:
-        return None
-    gaps = [
-        float(g)
-        for row in requests["itl_s"].dropna()
-        for g in (row if hasattr(row, "__len__") else [row])
-        if g is not None and math.isfinite(float(g)) and g > 0
-    ]
-    return float(np.median(gaps)) if gaps else None
-
-
-def _scaled_twin(
-    done: pd.DataFrame, twin, limit: int, blocks: int, mean_running: float | None
-) -> tuple[float, str]:
-    """Without a step-time fit: the twin's cost model, arrivals stretched by its modelled
-    decode step over the run's median inter-token gap; (scale, time axis)."""
-    observed = _observed_step_s(done)
-    batch = max(1, round(mean_running or 1))
-    context = int((done["prompt_tokens"] + done["output_tokens"] / 2).median()) if len(done) else 256
-    modelled = CostModel(twin, get_gpu(REAL_ENGINE_GPU)).step_time([(1, max(1, min(context, limit)))] * batch)
-    scale = modelled / observed if observed else 1.0
-    return scale, (
-        f"modelled: the run's {blocks:,}-block pool with a {twin.name} on {REAL_ENGINE_GPU} cost model, "
-        f"arrivals scaled x{scale:.3g} to the run's observed step time"
-        + ("" if observed else " (no inter-token gaps recorded: unscaled)")
-    )
-
-
 def make_replayer(
     inputs: RunInputs,
     evidence: WorkloadEvidence,
@@ -317,36 +302,40 @@ def make_replayer(
     cannot be replayed: its pool size is unknown, or the engine refuses the setup."""
     dep = inputs.deployment
     done = completed(inputs.requests)
-    fit = fit_steps(inputs.requests)
+    basis = replay_basis(dep, inputs.requests, inputs.run)
+    budget = basis.assumed.get("max_num_batched_tokens", dep.known("max_num_batched_tokens"))
+    fit = fit_steps(inputs.requests, budget)
     blocks = base_blocks(dep)
     if blocks is None:
         raise ValueError("the run's KV pool size is unknown (no kv_capacity_blocks samples, no engine flags)")
-    config = replace(dep.engine, num_blocks=blocks, kv_cache_memory=None)
+    config = replace(dep.engine, num_blocks=blocks, kv_cache_memory=None, **basis.assumed)
     if dep.gpu_sized:
         spec = SimSpec(
             dep.model or "", dep.gpu or "", dep.tp, dep.gpu_memory_utilization or 0.9, dep.weight_dtype
         )
         config = replace(config, max_model_len=dep.max_model_len)
         scale, axis = 1.0, f"modelled: {dep.model} on {dep.tp} x {dep.gpu} (the simulator's cost model)"
-    else:  # the real bundled engine: a catalogue twin sizes nothing (the pool is the run's)
-        twin = get_model(dep.model or REAL_ENGINE_TWIN)
+    else:  # the real bundled engine or a --target: a catalogue twin sizes nothing (the pool is the run's)
+        twin = stand_in(dep)
         spec = SimSpec(twin.name, REAL_ENGINE_GPU, 1, 0.9, "auto")
         limit = min(dep.max_model_len or twin.max_context, twin.max_context)
         config = replace(config, max_model_len=limit, kv_cache_dtype="auto")
-        scale, axis = (1.0, "") if fit is not None else _scaled_twin(done, twin, limit, blocks, mean_running)
+        scale, axis = (1.0, "") if fit is not None else scaled_twin(done, twin, limit, blocks, mean_running)
     if fit is not None:
         axis = (
             f"the run's own seconds: {blocks:,}-block pool, step times fitted to the server's per-request "
-            f"timings ({fit.overhead_s * 1000:.2f} ms + {fit.per_decode_seq_s * 1000:.3f} ms per decoding "
-            f"sequence + {fit.per_prefill_token_s * 1e6:.1f} us per prefilled token; {fit.rows} points, "
-            f"median error {fit.median_error:.0%})"
+            f"timings ({fit.describe()})"
         )
     t0 = float(inputs.requests["send_time_unix"].min())
     cut = unfinished(inputs.requests)
-    extra = build_trace(cut, WorkloadEvidence(None, None), False, scale, t0)
-    trace = sorted(build_trace(done, evidence, False, scale, t0) + extra, key=lambda r: r.arrival_s)
+    links = find_chains(pd.concat([done, cut], ignore_index=True), inputs.run)
+    done_links, cut_links = links.part(0, len(done)), links.part(len(done), len(done) + len(cut))
+    extra = build_trace(cut, WorkloadEvidence(None, None), False, scale, t0, cut_links)
+    trace = sorted(
+        build_trace(done, evidence, False, scale, t0, done_links) + extra, key=lambda r: r.arrival_s
+    )
     near = (
-        sorted(build_trace(done, evidence, True, scale, t0) + extra, key=lambda r: r.arrival_s)
+        sorted(build_trace(done, evidence, True, scale, t0, done_links) + extra, key=lambda r: r.arrival_s)
         if evidence.sharing
         else trace
     )
@@ -355,9 +344,17 @@ def make_replayer(
     if len(trace) > MAX_REPLAY_REQUESTS:
         axis += f"; only the first {MAX_REPLAY_REQUESTS:,} of {len(trace):,} requests are replayed"
         trace, near = trace[:MAX_REPLAY_REQUESTS], near[:MAX_REPLAY_REQUESTS]
-    config_section = inputs.run.get("config") if isinstance(inputs.run.get("config"), dict) else {}
-    if not config_section.get("rate") and config_section.get("workload") not in (None, "replay"):
-        axis += "; a closed-loop run, replayed open-loop at its recorded send times"
+    if links.source == "session_id":
+        axis += (
+            f"; {links.users} conversations replayed as chains (each turn its recorded gap after the "
+            "previous turn finished in the replay), other requests at their send times"
+        )
+    elif links.source != "open_loop":
+        how = "by user id" if links.source == "user_id" else "rebuilt from the timings: no user ids recorded"
+        axis += (
+            f"; closed loop: {links.users} users ({how}), each request sent its recorded gap after the "
+            "user's previous one finished in the replay"
+        )
     return Replayer(
         dep,
         trace,
@@ -369,4 +366,6 @@ def make_replayer(
         len(inputs.requests) - len(done) - len(cut),
         fit,
         measured_run(done, preemptions),
+        t0,
+        basis.used,
     )

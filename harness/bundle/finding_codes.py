@@ -21,6 +21,8 @@ RUN_NOTE = "run.json notes"
 RUN_EXIT = "run.json exit.reason"
 PROBE = "probe.json findings"
 KV_EVENTS = ("run.json kv_events.notes", "run.json notes")
+CHECK_REASON = "advice.json verdicts[].check.reason"
+CHECK_MISS = "advice.json verdicts[].check.misses"
 UNCODED = "uncoded"
 
 
@@ -98,6 +100,26 @@ _SECTIONS: dict[str | tuple[str, ...], dict[str, str]] = {
         "prefixes_not_shared": "route_by_prefix not advised: few cached blocks are on several replicas",
         "no_prefix_groups": "route_by_prefix not replayed: the prompts carry no shared-prefix groups",
         "no_prefix_counters": "KV events without prefix-cache counters for their instance: no curve",
+        "verify_interrupted": "--verify was interrupted: verdicts without a check were not rerun",
+    },
+    CHECK_REASON: {
+        "verify_confirmed": "the change, rerun, moved the deciding metric as predicted, past the noise",
+        "verify_refuted": "applied and rerun, the change did not move the deciding metric past the noise",
+        "verify_not_measured": "the deciding metric was not measured in a rerun",
+        "verify_engine_refused": "the server did not come up with the change (the text has its words)",
+        "verify_rerun_failed": "the rerun with the change failed for another reason",
+        "verify_no_baseline": "the unchanged configuration could not be rerun: no noise, no check",
+        "verify_other_hardware": "the change moves to another GPU, tensor parallelism or replicas",
+        "verify_not_a_server_change": "the change is to the prompts or a router, not the server's flags",
+        "verify_no_gpu": "a GPU memory fraction, on a server that sizes its pool otherwise",
+        "verify_unknown_engine": "kvscope does not know this server's flags",
+        "verify_flag_unknown": "a flag the change needs is not in the server's command",
+        "verify_nothing_to_apply": "the verdict changes nothing a server flag sets",
+    },
+    CHECK_MISS: {
+        "verify_miss_noise": "a prediction off by over 30%, within the run-to-run noise (`subject`: metric)",
+        "verify_miss_speed": "a prediction off by over 30%: the rerun's server stepped at another speed",
+        "verify_miss_model": "a prediction off by over 30%, not noise nor speed: the replay's model",
     },
     REPLAY_WHY: {
         "fewer_preemptions": "the change preempts less",

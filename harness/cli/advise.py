@@ -47,6 +47,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-replay", action="store_true", help="skip the what-if replays (verdicts stay unverified)"
     )
     p.add_argument("--json", action="store_true", help="print advice.json's content instead of Markdown")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="prove the advice on the server: rerun the unchanged configuration once (the noise), then "
+        "restart the server with each verdict's change as its own flags and rerun the same workload (same "
+        "seed, users, duration); each verdict gets a `check` in advice.json (predicted against measured). "
+        "Only for a bundle whose server kvscope started (the bundled engine, or `kvscope run --serve`); "
+        "takes one run's time per change, plus one",
+    )
+    p.add_argument(
+        "--verify-only",
+        metavar="ACTION,...",
+        help="--verify with only these verdicts (e.g. add_memory); the others are not rerun",
+    )
     t = p.add_argument_group("the served deployment (for --target runs, or to correct run.json)")
     t.add_argument(
         "--deployment",
@@ -93,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
 
     if bool(args.bundle) == bool(args.live):
         return _error("give a bundle folder DIR or --live EXPORTER_URL (one of them)")
+    if args.verify_only:
+        args.verify = True
+    if args.verify and (args.live or args.no_replay):
+        return _error("--verify needs a bundle folder and its replays (not --live, not --no-replay)")
     try:
         return _live(args) if args.live else _bundle(args)
     except (AdvisorError, BundleError) as exc:
@@ -131,6 +149,22 @@ def _live(args: argparse.Namespace) -> int:
     return 0
 
 
+def verify_bundle(folder, only: str | None = None) -> int:
+    """The verify loop on a folder: 0 when it ran, 2 when the folder's server cannot be restarted
+    by kvscope, 130 when interrupted."""
+    from harness.verify.loop import verify
+    from harness.verify.rerun import NotRerunnable
+
+    try:
+        advice = verify(folder, frozenset(only.split(",")) if only else None)
+    except NotRerunnable as exc:
+        return _error(f"--verify: {exc}")
+    print(f"wrote the checks into {folder / 'advice.json'} and {folder / 'report.html'}")
+    from harness.bundle.finding import codes
+
+    return 130 if "verify_interrupted" in codes(advice.get("notes")) else 0
+
+
 def _bundle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -145,6 +179,8 @@ def _bundle(args: argparse.Namespace) -> int:
         raise AdvisorError(str(exc)) from None
     inputs = run_inputs.load(args.bundle, stated)
     data = advise_and_report(args.bundle, inputs, replay=not args.no_replay)
+    if args.verify:
+        return verify_bundle(Path(args.bundle), args.verify_only)
     if args.json:
         print(json.dumps(data, indent=2))
     else:

@@ -7,6 +7,8 @@ imported (or started as subprocesses) by the handler.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from exporter.dialects.probe import KV_LAYOUTS
 from exporter.units import host_port
@@ -23,6 +25,11 @@ examples:
   kvscope run --target http://gpu-box:8000 --workload rate --rate 4 --arrival poisson --workers 2
   kvscope run --target http://gpu-box:8000 --workload shared_prefix --kv-events auto --otlp
   kvscope run --workload chat --simulate --sim-model llama-3.1-70b --sim-gpu h100-80gb --users 256
+  kvscope run --serve "python -m vllm.entrypoints.openai.api_server --model M --port 8011" --workload chat
+
+--serve CMD: kvscope starts the server itself (in its own process group), waits until its
+/health answers, and stops it by that group at the end; a port already in use, a command that
+exits, or no health within --startup-timeout ends the run with exit 4 and nothing left running.
 
 closed loop (--users N): N users, each sending when its previous answer is in.
 open loop (--rate R): R requests/s in total, whatever the server does; --users is then the
@@ -67,6 +74,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--target", metavar="URL", help="an OpenAI-compatible server (default: start the bundled engine)"
+    )
+    p.add_argument(
+        "--serve",
+        metavar="CMD",
+        help="start this server command, wait for its /health, run against it and stop it (its whole "
+        "process group) at the end, e.g. --serve 'vllm serve MODEL --port 8000'; leading NAME=VALUE words "
+        "set its environment. The port: the command's --port, else --target's, else the engine's "
+        "default (vLLM 8000, llama-server 8080). run.json records the command and the engine "
+        "(`kvscope advise --verify` restarts it with each verdict's change)",
     )
     p.add_argument(
         "--workload", required=True, choices=sorted(WORKLOADS), help="which loadtests/NAME.py to run"
@@ -120,7 +136,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=STARTUP_TIMEOUT_S,
         metavar="S",
-        help="seconds to wait for the bundled engine's /health (default 300)",
+        help="seconds to wait for the bundled engine's (or --serve's) /health (default 300)",
     )
     p.add_argument(
         "--deployment",
@@ -183,6 +199,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "unless told (default auto)",
     )
     p.add_argument("--quiet", action="store_true", help="no live progress line")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="after the run and its advice, prove each verdict on the server: `kvscope advise --verify` "
+        "on the bundle (the bundled engine or --serve; each change is one more run of the same length)",
+    )
+    p.add_argument(
+        "--verify-only",
+        metavar="ACTION,...",
+        help="--verify with only these verdicts (e.g. add_memory)",
+    )
     add_workload_options(
         p, "workload options (each workload uses some; see `locust -f loadtests/NAME.py --help`)"
     )
@@ -192,6 +219,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from harness.run.config import default_out
     from harness.run.orchestrate import run_from_args
+    from harness.run.outcome import MEASURED, Exit
 
-    return run_from_args(args)
+    args.verify = args.verify or bool(args.verify_only)
+    if args.verify and (args.no_advise or (args.target and not args.serve)):
+        print(
+            "kvscope run: error: --verify needs the advice (not --no-advise) and a server kvscope starts "
+            "(the bundled engine or --serve, not --target alone)",
+            file=sys.stderr,
+        )
+        return int(Exit.CONFIG_ERROR)
+    if args.verify and not args.out:
+        args.out = str(default_out(args.workload))  # the loop needs to know where the bundle went
+    code = run_from_args(args)
+    if not args.verify or code not in MEASURED:
+        return code
+    from harness.cli.advise import verify_bundle
+
+    return verify_bundle(Path(args.out), args.verify_only) or code

@@ -87,6 +87,7 @@ class LLMUser(FastHttpUser):
         self.ctx: RunContext = ctx
         ctx.users_started += 1
         self.rng = random.Random(f"{ctx.opts.seed}:{ctx.worker_index}:{ctx.users_started}")
+        self.user_id = f"{ctx.worker_id}.u{ctx.users_started}"
         self.started = False
         self._headers = {
             "Content-Type": "application/json",
@@ -236,6 +237,7 @@ class LLMUser(FastHttpUser):
             phase=spec.phase,
             n=spec.n,
             prefix_id=spec.prefix_id,
+            user_id=self.user_id,
             **record_columns(request_body),
         )
         ctx.in_flight += 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.advisor.check_text import check_line
 from harness.advisor.evidence_table import evidence_rows
 from harness.advisor.record import Advice, Verdict
 from harness.bundle.finding import Finding
@@ -97,6 +98,8 @@ def verdict_blocks(number: int, v: Verdict) -> list[Block]:
     ]
     if v.status == "indicative" and v.status_reason:
         items.append(f"Why indicative: {v.status_reason.text}")
+    if v.check:
+        items.append(f"Checked on the server: {check_line(v.action, v.check)}")
     options = v.evidence.get("options")
     if options:
         items.append(

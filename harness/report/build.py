@@ -25,6 +25,7 @@ from harness.report.run_report import RunReport
 from harness.report.session_plots import sessions_by_turn
 from harness.report.sweep_content import SweepReport, sweep_document
 from harness.report.sweep_search import search_figure
+from harness.report.verify_section import verify_figures
 
 
 def run_figures(bundle: Bundle, slos: Slos) -> tuple[dict[str, Any], dict[str, str]]:
@@ -83,4 +84,5 @@ def build_document(d: Path, advice: Advice | None, slos: Slos | str | None) -> D
     bundle = read_bundle(d)
     s = parse_slos(slos) if isinstance(slos, str) else (slos or slos_from_run(bundle.run))
     summary, figures = run_figures(bundle, s)
+    figures.update(verify_figures(advice, d))
     return run_document(RunReport(summary, figures, advice, read_probe(d)))

@@ -28,6 +28,7 @@ from harness.report.selfcheck_section import selfcheck_section
 from harness.report.server_sections import client_server_section, server_section
 from harness.report.server_timing import server_split_section
 from harness.report.session_section import sessions_section
+from harness.report.verify_section import verify_section
 
 SectionFn = Callable[[RunReport], Section | None]
 
@@ -38,6 +39,7 @@ def _advice(r: RunReport) -> Section:
 
 RUN_SECTIONS: tuple[SectionFn, ...] = (
     _advice,
+    verify_section,
     selfcheck_section,
     summary_section,
     latency_section,

@@ -21,7 +21,7 @@ from harness.analysis.slo import Slos
 DPI = 100
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=DPI, format="png")
@@ -60,7 +60,7 @@ def latency_cdfs(
     _cdf(axes[1, 0], itl, "Inter-token latency, every gap pooled", slos.itl)
     _cdf(axes[1, 1], ok["e2e_s"].to_numpy(float), "E2E", slos.e2e)
     fig.suptitle("Latency CDFs (successful requests)")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _ttft_overlay(ax: Any, ok: pd.DataFrame, t0: float) -> None:
@@ -124,7 +124,7 @@ def server_timeline(
     if not ok.empty:
         _ttft_overlay(ax_kv, ok, t0)
         _ttft_overlay(ax_p, ok, t0)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def throughput_timeline(
@@ -160,7 +160,7 @@ def throughput_timeline(
     extra = twin.get_legend_handles_labels()
     ax.legend(lines[0] + extra[0], lines[1] + extra[1], fontsize=8, loc="upper left")
     ax.set_title("Throughput over time")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def sweep_curve(
@@ -203,4 +203,4 @@ def sweep_curve(
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="upper left")
-    return _save(fig, path)
+    return save(fig, path)

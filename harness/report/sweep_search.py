@@ -13,7 +13,7 @@ from matplotlib.ticker import ScalarFormatter
 
 from harness.formatting import pct
 from harness.report.document import Block, Bullets, Image, Para, Table
-from harness.report.plots import _save
+from harness.report.plots import save
 
 FIGURE = "search"
 
@@ -52,7 +52,7 @@ def search_plot(search: dict[str, Any], target: float, mode: str, path: Path) ->
     ax.set_title("Search: points in the order they ran (x: stopped early)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def search_figure(d: Path, sw: dict[str, Any]) -> dict[str, str]:

@@ -29,6 +29,7 @@ from harness.run.engine_flags import STARTUP_TIMEOUT_S, engine_argv
 from harness.run.kv_events import AUTO, for_target
 from harness.run.otlp_config import OtlpConfig, otlp_config
 from harness.run.outcome import DEFAULT_MAX_ERROR_RATE
+from harness.run.serve import ServeCommand, parse_serve
 from harness.workload.conversations import load_conversations
 from harness.workload.options import (
     API_KEY_ENV,
@@ -88,6 +89,7 @@ class RunConfig:
     kv_events: list[str] = field(default_factory=list)
     otlp: OtlpConfig | None = None  # --otlp: receive the server's request spans
     llamacpp_kv_layout: KVLayout = "auto"  # the exporter's --llamacpp-kv-layout (a llama-server target)
+    serve: ServeCommand | None = None  # --serve: the server kvscope starts (its URL is `target`)
 
     @property
     def open_loop(self) -> bool:
@@ -97,6 +99,7 @@ class RunConfig:
         """run.json's `config` (the deployment facts have their own key there)."""
         d = asdict(self)
         d.pop("deployment")
+        d["serve"] = self.serve.to_json() if self.serve else None
         d["out"] = str(self.out)
         if self.api_key:
             d["api_key"] = "<redacted>"
@@ -260,6 +263,8 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         )
     engine = bundled_engine_argv(args)
     target = target_url(args.target)
+    serve = serve_command(getattr(args, "serve", None), target, engine)
+    target = serve.url if serve else target
     if target and args.model:
         forwarded += ["--model", args.model]
     forwarded += ["--rate", str(rate)] if rate > 0 else []
@@ -316,10 +321,26 @@ def from_args(args: argparse.Namespace) -> RunConfig:
         ),
         fail_on_unreliable=bool(getattr(args, "fail_on_unreliable", False)),
         advise=not getattr(args, "no_advise", False),
-        kv_events=kv_events(args, engine),
+        kv_events=kv_events(argparse.Namespace(**{**vars(args), "target": target}), engine),
         otlp=otlp,
         llamacpp_kv_layout=layout,
+        serve=serve,
     )
+
+
+def serve_command(text: str | None, target: str | None, engine_argv: list[str]) -> ServeCommand | None:
+    """--serve, parsed; ConfigError when it cannot work (engine flags would be lost)."""
+    if text is None:
+        return None
+    if engine_argv:
+        raise ConfigError(
+            f"engine flags ({' '.join(engine_argv)}) apply to the bundled engine; with --serve put them "
+            "in the command"
+        )
+    try:
+        return parse_serve(text, target)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def deployment_statement(text: str | None, target: str | None) -> str:

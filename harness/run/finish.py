@@ -68,6 +68,7 @@ def run_info(run: Run, failure: RunFailed | None, master_rc: int | None) -> dict
         "commands": {name: redact(c.argv) for name, c in run.children.items()},
         **({"kv_events": kv} if kv is not None else {}),
         **({"target_lost": run.target_lost} if run.target_lost else {}),
+        "serve": run.serve.to_json() if run.serve else None,
     }
 
 

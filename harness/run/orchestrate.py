@@ -27,6 +27,7 @@ import time
 from harness.bundle.finding import Finding
 from harness.run import kv_events, otlp, procs
 from harness.run.commands import (
+    LOOPBACK,
     child_env,
     connect_host,
     engine_command,
@@ -42,6 +43,8 @@ from harness.run.kv_watch import fetch as fetch_kv_events
 from harness.run.liveness import TargetWatch, engine_exited, reach, record_lost_target
 from harness.run.outcome import Exit
 from harness.run.progress import JsonlTail, Progress
+from harness.run.serve import ServeCommand
+from harness.run.served import start_served
 from harness.run.server_facts import target_facts
 from harness.run.state import Run, RunFailed
 
@@ -50,6 +53,7 @@ END_PROBE_TIMEOUT_S = 3.0  # after the load: does the target still answer?
 PROGRESS_EVERY_S = 2.0
 ABORT_SIGNAL = signal.SIGUSR1  # the Locust master's "stop at once" (harness.load.context)
 ABORT_GRACE_S = 1.5  # after a second Ctrl-C, children still running this long after are killed
+SERVER_STOP_S = 20.0  # a server still up this long after SIGTERM to its process group is killed
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -103,6 +107,8 @@ def start_target(run: Run) -> None:
     cfg = run.cfg
     if cfg.kv_events:
         run.kv_watch = KvEventsWatch(None)
+    if cfg.serve:  # then a --target like any other: its URL is the served one
+        start_served(run, cfg.serve)
     if cfg.target:
         reason = reach(cfg.target, REACH_TIMEOUT_S)
         if reason is not None:
@@ -116,11 +122,10 @@ def start_target(run: Run) -> None:
     if cfg.kv_events:
         extra, run.kv_events = kv_events.bundled(target_name(cfg))
         flags = [*flags, *extra]
+    argv = engine_command(cfg.model, flags + otlp.engine_flags(run), port)
+    run.serve = ServeCommand(tuple(argv), "bundled", LOOPBACK, port, "chosen")
     child = run.children["engine"] = procs.start(
-        "engine",
-        engine_command(cfg.model, flags + otlp.engine_flags(run), port),
-        run.paths["logs"],
-        env=otlp.engine_env(run, child_env(cfg.api_key)),
+        "engine", argv, run.paths["logs"], env=otlp.engine_env(run, child_env(cfg.api_key))
     )
     ok, reason = procs.wait_http(
         f"http://127.0.0.1:{port}/health",
@@ -309,9 +314,10 @@ def stop_all(run: Run) -> int | None:
         if run.kv_watch is not None:
             run.kv_events_status = run.kv_watch.final(fetch_kv_events(run.kv_watch.exporter_url))
         exporter.stop(signal.SIGTERM, timeout_s=10.0)
-    engine = run.children.get("engine")
-    if engine is not None:
-        engine.stop(signal.SIGTERM, timeout_s=20.0)
+    for name in ("engine", "server"):
+        if (server := run.children.get(name)) is not None:
+            server.stop(signal.SIGTERM, timeout_s=SERVER_STOP_S)
+            server.reap_group()
     otlp.stop_receiver(run)
     return master_rc
 
@@ -328,6 +334,7 @@ def stop_at_once(run: Run) -> int | None:
     for child in run.children.values():
         child.wait(max(0.0, deadline - time.monotonic()))
         child.stop(signal.SIGKILL, timeout_s=1.0)
+        child.reap_group()
     run.notes.append(
         Finding(
             "stopped_at_once",

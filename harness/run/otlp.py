@@ -57,7 +57,10 @@ def start_receiver(run: Run) -> None:
         time.sleep(0.05)
     run.otlp_endpoint = endpoint
     run.say(f"OTLP trace receiver: {run.otlp_endpoint} (OTLP/HTTP, protobuf or JSON)")
-    if run.cfg.target:
+    serve = run.cfg.serve
+    if serve is not None and serve.engine in ("vllm", "bundled"):
+        run.say("  --serve: kvscope passes it to the server's command (--otlp-traces-endpoint)")
+    elif run.cfg.target:
         run.say(
             "  point the server's span exporter at it, e.g. vLLM: --otlp-traces-endpoint "
             f"{run.otlp_endpoint} with {PROTOCOL_ENV}=http/protobuf (docs/spans.md)"

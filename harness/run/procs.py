@@ -66,6 +66,17 @@ class Child:
         self._log.close()
         return self.returncode
 
+    def reap_group(self) -> None:
+        """SIGKILL whatever is left of the child's process group once the child itself has
+        exited: a server's own children (vLLM's engine core) may outlive it for a moment. The
+        group is the child's alone (it started its own session)."""
+        if self.running:
+            return
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def log_tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -15,6 +15,7 @@ from harness.bundle.finding import Finding
 from harness.run import procs
 from harness.run.config import RunConfig
 from harness.run.kv_watch import KvEventsWatch
+from harness.run.serve import ServeCommand
 
 
 class RunFailed(Exception):
@@ -45,6 +46,7 @@ class Run:
     kv_watch: KvEventsWatch | None = None  # with --kv-events: silence watch, notes (`run.kv_watch`)
     kv_events_status: dict | None = None  # run.json's kv_events, read from the exporter at the end
     target_lost: dict | None = None  # run.json's target_lost: when and why it stopped answering
+    serve: ServeCommand | None = None  # the server this run started (`run.serve`); None: a --target
 
     @property
     def paths(self) -> dict[str, Path]:

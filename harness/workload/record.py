@@ -22,6 +22,8 @@ columns freely, never rename or drop one. Invariants a record keeps:
 - `server_timing_source` names where the `server_*` values came from: "kvscope" (the
   reference engine's SSE object), "llamacpp" (its `timings`), or, filled in when the bundle
   is read, "otlp:<format>" for a joined span (`harness.bundle.spans`); None without any.
+- `user_id` names the Locust user that sent the request; in a closed loop a user's requests
+  go out one after the other, so the advisor replays them as a chain (None in older bundles).
 - `cached_tokens` is the prompt tokens the server reported cached, from whichever report it
   gave: `usage.prompt_tokens_details.cached_tokens` (vLLM with
   --enable-prompt-tokens-details, llama.cpp, the reference engine), else the per-request
@@ -109,6 +111,9 @@ class RequestRecord:
     trace_id: str | None = None
     server_timing_source: str | None = None
     retries: int = 0  # stale keep-alive connection: sent again on a fresh one (see the module doc)
+    # The Locust user that sent it ("<worker_id>.u<n>"): a closed-loop user's requests form a
+    # chain, each sent when the previous one ended, which the advisor's replays keep.
+    user_id: str | None = None
     session_id: str | None = None
     turn: int | None = None
     history_hash: str | None = None

@@ -31,7 +31,10 @@ GiB = 1 << 30
 class StepTimeModel(Protocol):
     """What the simulator's executor needs of a cost model: seconds for one step of
     (new tokens, context length after the step) per sequence. `CostModel` is one; a model
-    fitted to a real run's step times (the advisor's calibration) is another."""
+    fitted to a real run's step times (the advisor's calibration) is another. A model whose
+    speed drifts over time may also define `step_time_at(batch, t)`, the time of a step that
+    starts at `t` on the executor's clock (a replay's virtual seconds); the executor then
+    uses that."""
 
     def step_time(self, batch: Sequence[tuple[int, int]]) -> float: ...
 

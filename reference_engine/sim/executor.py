@@ -93,7 +93,9 @@ class SimExecutor:
     def execute(self, out: SchedulerOutput) -> StepResult:
         start = self._step_start if self._step_start is not None else self.clock.now()
         self._step_start = None
-        modelled = self.cost.step_time([(c.num_new_tokens, c.end) for c in out.chunks])
+        batch = [(c.num_new_tokens, c.end) for c in out.chunks]
+        timed = getattr(self.cost, "step_time_at", None)  # a model of a speed that drifts in time
+        modelled = timed(batch, start) if timed is not None else self.cost.step_time(batch)
         result = StepResult(sampled={})
         for chunk in out.chunks:
             request = chunk.request

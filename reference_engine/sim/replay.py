@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from reference_engine.clock import VirtualClock
 from reference_engine.config import EngineConfig
 from reference_engine.sampling_params import InvalidRequestError, SamplingParams
+from reference_engine.sim.arrivals import Arrivals
 from reference_engine.sim.cost_model import StepTimeModel
 from reference_engine.sim.engine import SimSpec, build_sim_engine
 
@@ -29,7 +30,9 @@ log = logging.getLogger("kvscope.sim")
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
     """One request of a trace. Requests with the same `prefix_group` (>= 0) start with the
-    same `prefix_tokens` token ids, as a shared system prompt would."""
+    same `prefix_tokens` token ids, as a shared system prompt would. Requests with the same
+    `chain` (>= 0) are one closed-loop user's, in arrival order: each after the first arrives
+    `after_s` after the previous one finished in the replay (`arrivals`), not at `arrival_s`."""
 
     arrival_s: float
     prompt_tokens: int
@@ -37,6 +40,8 @@ class TraceRequest:
     n: int = 1
     prefix_group: int = -1
     prefix_tokens: int = 0
+    chain: int = -1
+    after_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -52,6 +57,7 @@ class ReplayRecord:
     finished_s: float | None = None
     num_preemptions: int = 0
     cached_tokens: int = 0
+    index: int = -1  # the request's place in the trace
 
     @property
     def ttft_s(self) -> float | None:
@@ -127,28 +133,29 @@ def replay_trace(
     )
     engine, kv = sim.engine, sim.engine.kv
     rng = random.Random(seed)
-    pending = sorted(enumerate(trace), key=lambda p: (p[1].arrival_s, p[0]))
+    arrivals = Arrivals(trace)
     result = ReplayResult([], 0, 0.0, 0, sim.num_blocks, config.block_size)
-    live: dict[str, ReplayRecord] = {}
+    live: dict[str, tuple[int, ReplayRecord]] = {}
     # The token-state share is sampled every SHARE_EVERY steps (walking every block each step
     # dominated replay time) and weighted by the busy time since the last sample; idle gaps
     # between arrivals hold no KV and carry no weight.
     weighted_share = busy = pending_weight = 0.0
-    while pending or engine.has_unfinished():
-        while pending and pending[0][1].arrival_s <= clock.t:
-            i, req = pending.pop(0)
+    while arrivals or engine.has_unfinished():
+        for at, i in arrivals.due(clock.t):
+            req = trace[i]
             params = SamplingParams(max_tokens=req.output_tokens, n=req.n, ignore_eos=True, seed=seed + i)
             try:
-                r = engine.add_request(
-                    _prompt_ids(req, i, rng), params, request_id=f"t{i}", arrival_time=req.arrival_s
-                )
+                r = engine.add_request(_prompt_ids(req, i, rng), params, request_id=f"t{i}", arrival_time=at)
             except InvalidRequestError:
                 result.rejected += 1
+                arrivals.done(i, clock.t)
                 continue
-            live[r.request_id] = ReplayRecord(req.arrival_s, req.prompt_tokens, 0)
+            live[r.request_id] = (i, ReplayRecord(at, req.prompt_tokens, 0, index=i))
         if not engine.has_unfinished():
-            if pending:  # else every request left was rejected: the replay is over
-                clock.advance_to(pending[0][1].arrival_s)
+            due = arrivals.next_time()
+            if due is None:  # nothing running and nothing released: the replay is over
+                break
+            clock.advance_to(due)
             continue
         before = clock.t
         outputs = engine.step()
@@ -160,9 +167,10 @@ def replay_trace(
         result.max_running = max(result.max_running, len(engine.scheduler.running))
         result.computed_tokens += engine.stats.last_step_tokens
         for out in outputs:
-            rec = live.get(out.request.group_id)
-            if rec is None:
+            entry = live.get(out.request.group_id)
+            if entry is None:
                 continue
+            index, rec = entry
             rec.output_tokens += len(out.new_token_ids)
             if rec.first_token_s is None:
                 rec.first_scheduled_s = out.request.first_scheduled_time
@@ -171,7 +179,9 @@ def replay_trace(
             rec.cached_tokens = max(rec.cached_tokens, out.request.num_cached_tokens)
             if out.finished and out.request.group_id not in engine.groups:
                 rec.finished_s = out.request.finished_time
-                result.records.append(live.pop(out.request.group_id))
+                result.records.append(rec)
+                del live[out.request.group_id]
+                arrivals.done(index, clock.t)
     if engine.kv_event_publisher is not None and not engine.kv_event_publisher.drain(EVENTS_DRAIN_S):
         log.warning("replay: KV events still unsent after %.0f s", EVENTS_DRAIN_S)
     engine.close()

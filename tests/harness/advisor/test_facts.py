@@ -73,7 +73,9 @@ def test_a_target_that_stated_nothing_gets_no_invented_verdict(preempting, tmp_p
     assert issued & POOL_VERDICTS <= {"add_memory"}
     assert not any(v["verified"] or v["replay"] for v in advice["verdicts"])
     lacking = {m["fact"]: m for m in advice["missing_facts"]}
-    assert lacking["kv_cache_dtype"]["needed_for"] == ["quantize_kv_cache", "replays"]
+    # A replay runs on the pool in blocks: the cache dtype matters to the verdict, not to it.
+    assert lacking["kv_cache_dtype"]["needed_for"] == ["quantize_kv_cache"]
+    assert "replays" in lacking["allocator"]["needed_for"]
     assert "cut_context" in lacking["allocator"]["needed_for"]
     assert lacking["max_num_seqs"] == {
         "fact": "max_num_seqs",

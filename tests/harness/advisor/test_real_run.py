@@ -65,8 +65,12 @@ def test_a_preempting_real_run_is_told_to_quantize_or_add_memory_verified_by_rep
     run_preemptions = advice["diagnosis"]["preemptions"]
     assert fidelity["measured"]["preemptions"] == run_preemptions and fidelity["tolerance"] == 0.25
     for v in verdicts.values():
-        r = v["replay"]
-        assert r["changed"]["preemptions"] < r["baseline"]["preemptions"], v
+        r, base, changed = v["replay"], v["replay"]["baseline"], v["replay"]["changed"]
+        # Closed loop: a pool still short of the demand may preempt as often (its users send
+        # sooner), but serves them sooner; the replay shows the gain one way or the other.
+        assert r["shown"] and (
+            changed["preemptions"] < base["preemptions"] or changed["ttft_p99_s"] < 0.95 * base["ttft_p99_s"]
+        ), v
         assert r["baseline_fidelity"] == fidelity
         # Verified only over a baseline that reproduces the run; else indicative, and why.
         assert (
@@ -79,3 +83,18 @@ def test_a_preempting_real_run_is_told_to_quantize_or_add_memory_verified_by_rep
     assert 0.5 * run_preemptions <= fidelity["replayed_preemptions"] <= 2 * run_preemptions
     assert advice["time_axis"].startswith("the run's own seconds: 40-block pool, step times fitted")
     assert (preempting_run / "advice.json").exists()
+
+
+def test_the_replay_of_the_run_as_it_was_reproduces_its_preemptions_and_ttft_tail(preempting_run):
+    """The suite's short fidelity check (the demo configuration's, 3 runs of 75 s on SmolLM2, is
+    benchmarks/replay_fidelity.py): closed loop, step times fitted to the engine's own timings
+    with the speed drift and stalls of a shared machine, the replay reproduces the run's
+    preemptions within 25%, and its TTFT p99 within 50%: tiny-random's steps last a few ms, so
+    on a loaded 2-core machine the scheduler's jitter is a large share of each (two 15 s runs measured
+    -10% and -23% with the stalls replayed, one -42% before; the 25% bound is the benchmark's)."""
+    advice = json.loads((preempting_run / "advice.json").read_text())
+    fidelity = advice["fidelity"]
+    assert abs(fidelity["preemption_error"]) <= 0.25, fidelity
+    assert abs(fidelity["ttft_error"]) <= 0.5, fidelity
+    assert fidelity["measured"]["ttft_source"] == "server"
+    assert "closed loop: 16 users (by user id)" in advice["time_axis"]
