@@ -66,6 +66,7 @@ class Session:
     turn: int = 0
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+    growth: int | None = None  # the last turn's prompt less the one before, as the server counted
     pending: Turn | None = None  # the next turn, drawn when the previous one ended
     end: SessionEnd | None = None
     script: tuple[Any, ...] = ()  # what a replayed session sends, turn by turn (the workload's)
@@ -88,13 +89,19 @@ class Session:
         history = self.history_tokens()
         if history is None:
             return first_turn_tokens
-        return history + turn.new_tokens + TEMPLATE_TOKENS_PER_MESSAGE * len(turn.messages)
+        estimate = history + turn.new_tokens + TEMPLATE_TOKENS_PER_MESSAGE * len(turn.messages)
+        # An answer sent back as text can count more tokens than the model generated (a
+        # detokenised answer retokenises differently, markedly with a random model): the
+        # prompt grew by at least that much last turn, so the next one is held to it too.
+        return max(estimate, self.prompt_tokens + self.growth) if self.growth else estimate
 
     def answered(self, answer: str, prompt_tokens: int | None, output_tokens: int | None) -> str:
         """Append the pending turn and its answer; return the conversation's digest now."""
         assert self.pending is not None
         self.history += [*self.pending.messages, {"role": "assistant", "content": answer}]
         self.turn += 1
+        if self.prompt_tokens is not None and prompt_tokens is not None:
+            self.growth = prompt_tokens - self.prompt_tokens
         self.prompt_tokens, self.output_tokens = prompt_tokens, output_tokens
         self.pending = None
         return digest(self.history)

@@ -101,6 +101,18 @@ def test_a_turn_fits_the_context_with_its_answer_and_a_margin() -> None:
     assert session.estimated_prompt_tokens(Turn(({"role": "user", "content": "q"},), 8, 10), 0) == 146
 
 
+def test_a_prompt_that_grew_more_than_estimated_holds_the_next_estimate_to_that_growth() -> None:
+    """The answer sent back as text counted 10 more tokens than generated: the next turn is
+    estimated at the last prompt plus its measured growth, not the shorter sum of parts."""
+    session, turn = Session("s0", 4), Turn(({"role": "user", "content": "q"},), 8, 20)
+    session.pending = turn
+    session.answered("a", 100, 8)
+    session.pending = turn
+    session.answered("a", 154, 8)  # the parts say 100 + 8 + 8 + 20 + 8 = 144
+    assert session.growth == 54
+    assert session.estimated_prompt_tokens(turn, 0) == 208 > 154 + 8 + 8 + 20 + 8
+
+
 def test_the_session_quota_numbers_sessions_once_across_workers() -> None:
     quotas = [SessionQuota(10, i, 3) for i in range(3)]
     numbers = [[n for n in iter(q.claim, None)] for q in quotas]
