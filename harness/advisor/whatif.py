@@ -357,6 +357,11 @@ def make_replayer(
     if len(trace) > MAX_REPLAY_REQUESTS:
         axis += f"; only the first {MAX_REPLAY_REQUESTS:,} of {len(trace):,} requests are replayed"
         trace, near = trace[:MAX_REPLAY_REQUESTS], near[:MAX_REPLAY_REQUESTS]
+    if conversations := {t.conversation for t in evidence.turns if t.conversation >= 0}:
+        axis += (
+            f"; {len(conversations)} conversations replayed as sessions (each turn's prompt carries the "
+            "previous turn's prompt and answer, after a stem shared between them)"
+        )
     if links.source == "session_id":
         axis += (
             f"; {links.users} conversations replayed as chains (each turn its recorded gap after the "
