@@ -11,7 +11,9 @@ unverified verdicts are kept (with the replay that failed to confirm them) and s
 last, so the advice never claims more than was measured. Facts a rule or the replays need
 and no source stated (`facts`) are listed in `missing_facts`, each with the `--deployment`
 key that states it. A run recorded with --kv-events adds the block-level verdicts
-(`kv_curve`: add_memory from the miss-ratio curve, route_by_prefix).
+(`kv_curve`: add_memory from the miss-ratio curve, route_by_prefix); a run with sessions adds
+their evidence (`session_evidence`: history share, reuse-distance curve, context limit) and,
+without a curve from KV events, add_memory from the sessions' curve (`session_advice`).
 
 Invariant: every number in a verdict is in its `evidence`, `projected` or `replay` dict.
 """
@@ -34,6 +36,8 @@ from harness.advisor.plausibility import implausible
 from harness.advisor.record import ADVICE_JSON, Advice, Claim, Verdict
 from harness.advisor.replay_basis import replay_basis
 from harness.advisor.run_inputs import RunInputs
+from harness.advisor.session_advice import context_notes, session_add_memory
+from harness.advisor.session_evidence import session_evidence
 from harness.advisor.sizing import blocks_for_tokens
 from harness.advisor.status import mark_replay, replay_status
 from harness.advisor.verdicts import Proposal, decide
@@ -289,8 +293,16 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
     outcome = decide(dep, diag, work, demand, upper)
     notes += outcome.notes
     needed = {**outcome.missing, **needed}
-    # The block-level verdicts of a run recorded with --kv-events are replayed too.
-    to_verify = any(p.change for p in outcome.proposals) or has_kv_events(inputs.path)
+    done = completed(inputs.requests)
+    sessions = session_evidence(
+        done, work.turns, work.prefix_groups(done) if work.sharing else [(-1, 0)] * len(done),
+        dep.engine.block_size, capacity.base_blocks(dep), dep.max_model_len,
+    )  # fmt: skip
+    if sessions is not None:
+        workload["sessions"] = sessions.to_dict()
+        notes += context_notes(sessions)
+    # The block-level verdicts of a run recorded with --kv-events, and those of sessions, are replayed too.
+    to_verify = any(p.change for p in outcome.proposals) or has_kv_events(inputs.path) or sessions is not None
     if replay and replayer is None and to_verify:
         replayer, distrust = _replayer(inputs, work, diag, notes)
     elif replay and replayer is None:
@@ -302,7 +314,13 @@ def advise(inputs: RunInputs, replay: bool = True) -> Advice:
         )
     proposals = with_measured_terms(outcome.proposals, inputs.path, inputs.requests, notes)
     verdicts = [_verdict(p, replayer, notes, distrust) for p in proposals]
-    verdicts += kv_event_verdicts(inputs, replayer, diag.kv_pressure, notes, distrust)
+    by_events = kv_event_verdicts(inputs, replayer, diag.kv_pressure, notes, distrust)
+    verdicts += by_events
+    if sessions is not None and not any(v.action == "add_memory" for v in by_events):
+        by_sessions = session_add_memory(
+            sessions, done, dep.engine.block_size, replayer, diag.kv_pressure, notes, distrust
+        )
+        verdicts += [by_sessions] if by_sessions is not None else []
     verdicts = sorted(verdicts, key=_rank)
     diagnosis = {
         **diag.numbers(),

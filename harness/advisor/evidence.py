@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from harness.advisor.prefixes import PromptShape, Sharing, analyse
+from harness.advisor.conversations import Turn, cached_tokens, conversation_turns
+from harness.advisor.prefixes import PromptShape, Sharing, analyse, prompt_shape
 from harness.advisor.run_inputs import RunInputs
 from harness.workload import fingerprint as fp
 
@@ -71,6 +72,7 @@ class WorkloadEvidence:
     prefixes: PrefixEvidence | None
     sharing: tuple[Sharing, ...] = ()  # per completed request (same order as `completed`), for the replays
     prompt_chars: tuple[int, ...] = ()  # per completed request, to turn shared characters into tokens
+    turns: tuple[Turn, ...] = ()  # per completed request: its place in a conversation (`conversations`)
 
     def prefix_groups(self, done: pd.DataFrame, near: bool = False) -> list[tuple[int, int]]:
         """(replay group, shared prefix tokens) per completed request: the prompts as they
@@ -83,7 +85,7 @@ class WorkloadEvidence:
         rows = list(zip(self.sharing, self.prompt_chars, done["prompt_tokens"].astype(int)))
         as_is = [_tokens(s.shared_chars, chars, prompt) for s, chars, prompt in rows]
         floor: dict[tuple[int, int], int] = {}  # (group, fingerprint's share) -> most cached
-        for (s, _, _), tokens, cached in zip(rows, as_is, _cached_tokens(done)):
+        for (s, _, _), tokens, cached in zip(rows, as_is, cached_tokens(done)):
             if s.group >= 0:
                 floor[(s.group, tokens)] = max(floor.get((s.group, tokens), 0), cached)
         out = []
@@ -100,16 +102,6 @@ class WorkloadEvidence:
 def _tokens(shared_chars: int, chars: int, prompt: int) -> int:
     """Shared characters as tokens, at the prompt's own tokens per character."""
     return min(prompt - 1, int(shared_chars * prompt / chars)) if chars else 0
-
-
-def _cached_tokens(done: pd.DataFrame) -> list[int]:
-    """Each request's prompt tokens served from the prefix cache (usage, else the server's
-    own timings), 0 where neither says."""
-    cached = pd.Series(np.nan, index=done.index)
-    for column in ("cached_tokens", "server_cached_prompt_tokens"):
-        if column in done.columns:
-            cached = cached.fillna(pd.to_numeric(done[column], errors="coerce"))
-    return cached.fillna(0).astype(int).tolist()
 
 
 def completed(requests: pd.DataFrame) -> pd.DataFrame:
@@ -156,12 +148,6 @@ def has_fingerprints(requests: pd.DataFrame) -> bool:
     return fp.HASHES_COLUMN in requests.columns and fp.CHARS_COLUMN in requests.columns
 
 
-def _shape(hashes: object, chars: object) -> PromptShape:
-    if hashes is None or (isinstance(hashes, float) and math.isnan(hashes)):
-        return PromptShape((), ())
-    return PromptShape(tuple(int(h) for h in hashes), tuple(int(c) for c in chars))  # type: ignore[union-attr]
-
-
 def observed_hit_ratio(inputs: RunInputs, done: pd.DataFrame) -> float | None:
     """Server counters over the run (first to last sample), else the requests' cached tokens."""
     s = inputs.server
@@ -186,7 +172,7 @@ def prefix_evidence(
 ) -> tuple[PrefixEvidence | None, tuple[Sharing, ...], tuple[int, ...]]:
     if done.empty or not has_fingerprints(done):
         return None, (), ()
-    shapes = [_shape(h, c) for h, c in zip(done[fp.HASHES_COLUMN], done[fp.CHARS_COLUMN])]
+    shapes = [prompt_shape(h, c) for h, c in zip(done[fp.HASHES_COLUMN], done[fp.CHARS_COLUMN])]
     sharing = tuple(analyse(shapes))
     block = inputs.deployment.engine.block_size
     prompt = done["prompt_tokens"].astype(int).to_numpy()
@@ -239,4 +225,5 @@ def _hit_tokens(tokens: float, prompt_tokens: int, block: int) -> int:
 def workload_evidence(inputs: RunInputs) -> WorkloadEvidence:
     done = completed(inputs.requests)
     prefixes, sharing, chars = prefix_evidence(inputs, done)
-    return WorkloadEvidence(length_evidence(done, inputs.deployment.max_model_len), prefixes, sharing, chars)
+    lengths = length_evidence(done, inputs.deployment.max_model_len)
+    return WorkloadEvidence(lengths, prefixes, sharing, chars, tuple(conversation_turns(done)))

@@ -9,6 +9,11 @@ measured value, or within an absolute slack where 25% of a small number is noise
 "verified" when its replay shows the gain; otherwise its outcome is "indicative", with the
 baseline's error as the reason: the replay points the way, but it does not reproduce this
 run well enough to confirm by how much.
+
+The prefix hit ratio is held apart, for the claims about it (more blocks for prefix reuse):
+the replay's against the cached over prompt tokens of the completed requests the replay
+carries (the server's counters also count requests outside the bundle's measured ones,
+calibration probes), within HIT_RATIO_SLACK (absolute).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from harness.bundle.finding import Finding
 TOLERANCE = 0.25
 PREEMPTION_SLACK = 2.0
 TTFT_SLACK_S = 0.010
+HIT_RATIO_SLACK = 0.05
 SERVER_TTFT_SHARE = 0.9  # use the server's TTFT when at least this share of requests has it
 
 TtftSource = Literal["server", "client"]
@@ -34,6 +40,7 @@ class Measured:
     preemptions: float | None
     ttft_p99_s: float | None
     ttft_source: TtftSource
+    hit_ratio: float | None = None  # cached over prompt tokens of the completed requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,8 @@ class Fidelity:
     within: bool
     reason: Finding
     tolerance: float = TOLERANCE
+    replayed_hit_ratio: float | None = None
+    hit_ratio_within: bool | None = None  # None: no hit ratio measured or replayed
 
     def to_dict(self) -> dict:
         return {**asdict(self), "reason": self.reason.to_dict()}
@@ -59,7 +68,14 @@ def measured_run(done: pd.DataFrame, preemptions: float | None) -> Measured:
     else:
         values, source = pd.to_numeric(done["ttft_s"], errors="coerce").dropna().to_numpy(float), "client"
     p99 = float(np.percentile(values, 99)) if values.size else None
-    return Measured(preemptions, p99, source)  # type: ignore[arg-type]
+    cached = pd.to_numeric(done.get("cached_tokens"), errors="coerce") if "cached_tokens" in done else None
+    prompt = float(done["prompt_tokens"].sum()) if len(done) else 0.0
+    hit = (
+        float(cached.fillna(0).sum()) / prompt
+        if cached is not None and cached.notna().any() and prompt
+        else None
+    )
+    return Measured(preemptions, p99, source, hit)  # type: ignore[arg-type]
 
 
 def _off(replayed: float | None, measured: float | None, slack: float) -> tuple[float | None, bool]:
@@ -70,8 +86,11 @@ def _off(replayed: float | None, measured: float | None, slack: float) -> tuple[
     return error, abs(replayed - measured) <= max(TOLERANCE * measured, slack)
 
 
-def judge_fidelity(measured: Measured, preemptions: int, ttft_p99_s: float | None) -> Fidelity:
-    """The baseline replay (`preemptions`, `ttft_p99_s`) against the run (see the module doc)."""
+def judge_fidelity(
+    measured: Measured, preemptions: int, ttft_p99_s: float | None, hit_ratio: float | None = None
+) -> Fidelity:
+    """The baseline replay (`preemptions`, `ttft_p99_s`, `hit_ratio`) against the run (see the
+    module doc)."""
     p_err, p_ok = _off(float(preemptions), measured.preemptions, PREEMPTION_SLACK)
     t_err, t_ok = _off(ttft_p99_s, measured.ttft_p99_s, TTFT_SLACK_S)
     parts = []
@@ -98,4 +117,22 @@ def judge_fidelity(measured: Measured, preemptions: int, ttft_p99_s: float | Non
         if within
         else Finding("replay_off_run", "the unchanged configuration's replay is off: " + "; ".join(parts))
     )
-    return Fidelity(measured, preemptions, ttft_p99_s, p_err, t_err, within, reason)
+    hit_ok = (
+        None
+        if measured.hit_ratio is None or hit_ratio is None
+        else abs(hit_ratio - measured.hit_ratio) <= HIT_RATIO_SLACK
+    )
+    return Fidelity(
+        measured, preemptions, ttft_p99_s, p_err, t_err, within, reason, TOLERANCE, hit_ratio, hit_ok
+    )
+
+
+def hit_ratio_off(fidelity: Fidelity | None) -> Finding | None:
+    """Why the baseline's prefix hit ratio cannot back a claim about it (None: it can)."""
+    if fidelity is None or fidelity.hit_ratio_within is not False:
+        return None
+    return Finding(
+        "replay_hit_ratio_off",
+        f"the unchanged configuration's replay hits {fidelity.replayed_hit_ratio:.1%} of prompt tokens, "
+        f"the run {fidelity.measured.hit_ratio:.1%}: more than {HIT_RATIO_SLACK:.0%} apart",
+    )

@@ -27,6 +27,7 @@ import pandas as pd
 from exporter.kv_events.curve import POOL_INCREASES, projected_hit_ratio
 from exporter.series import increase
 from harness.advisor.capacity import base_blocks
+from harness.advisor.fidelity import hit_ratio_off
 from harness.advisor.record import Claim, Verdict
 from harness.advisor.run_inputs import RunInputs
 from harness.advisor.status import mark_replay, replay_status
@@ -56,6 +57,7 @@ class CurveEvidence:
     capacity_misses: int
     first_stores: int
     points: tuple[tuple[float, int, float], ...]  # (increase, extra blocks, avoidable misses)
+    source: str = "the run's KV events"  # what the curve was computed from
 
     @property
     def hit_ratio(self) -> float:
@@ -76,6 +78,7 @@ class CurveEvidence:
             "capacity_misses": self.capacity_misses,
             "first_stores": self.first_stores,
             "seconds": round(self.seconds, 1),
+            "source": self.source,
             "curve": [
                 {
                     "pool_increase": inc,
@@ -160,7 +163,7 @@ def add_memory_by_curve(
         f"{extra:,} more blocks (+{inc:.0%} of {ev.pool_blocks:,}) raise the prefix hit ratio from "
         f"{ev.hit_ratio:.0%} to {after:.0%}"
         + (f" and save {saved:,.0f} prefill tokens per second" if saved is not None else "")
-        + " (miss-ratio curve from the run's KV events)"
+        + f" (miss-ratio curve from {ev.source})"
     )
     projected = {
         "extra_blocks": extra,
@@ -194,6 +197,7 @@ def add_memory_by_curve(
     b, c = comparison.baseline.prefix_hit_ratio, comparison.changed.prefix_hit_ratio
     measured = None if b is None or c is None else c - b
     shown = measured is not None and measured >= max(MIN_VERIFIED_GAIN, VERIFY_SHARE * gain)
+    distrust = distrust or hit_ratio_off(comparison.fidelity)  # the claim is about the hit ratio
     verified, status, reason = replay_status(shown, comparison.fidelity, distrust)
     replay = mark_replay(comparison.to_dict(), shown, distrust)
     replay["why"] = (

@@ -25,6 +25,7 @@ Invariant: every char count here is <= the prompt's fingerprinted characters.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -194,3 +195,9 @@ def _renumber(rows: list[Sharing]) -> list[Sharing]:
         )
         for r in rows
     ]
+
+
+def prompt_shape(hashes: object, chars: object) -> PromptShape:
+    if hashes is None or (isinstance(hashes, float) and math.isnan(hashes)):
+        return PromptShape((), ())
+    return PromptShape(tuple(int(h) for h in hashes), tuple(int(c) for c in chars))  # type: ignore[union-attr]

@@ -5,7 +5,10 @@ The trace is every completed request: arrival = its send time from the first sen
 prompt and output tokens from the server's usage, and its shared-prefix group from the
 prompt fingerprints (`prefixes`; the server's cached-token counts set a floor under each
 group's shared length, see `WorkloadEvidence.prefix_groups`), so a shared system prompt
-hits the cache in the replay as it did in the run. A closed-loop run is replayed closed-loop
+hits the cache in the replay as it did in the run. A session's turns are replayed as one
+conversation (`conversations`): each prompt carries the previous turn's prompt and answer,
+after a stem shared with the other conversations, so a turn finds its history cached
+exactly when the replayed pool kept it between the turns. A closed-loop run is replayed closed-loop
 (`chains`): each user's first request at its send time, each later one its recorded gap after
 the user's previous request finished in the replay, so a replayed server slower or faster
 than the run sees the load its users would have sent it. An open-loop run (a rate, a trace)
@@ -42,6 +45,7 @@ import pandas as pd
 
 from harness.advisor.capacity import base_blocks
 from harness.advisor.chains import Chains, find_chains
+from harness.advisor.conversations import replay_prefix
 from harness.advisor.deployment import Deployment
 from harness.advisor.evidence import WorkloadEvidence, completed
 from harness.advisor.fidelity import Fidelity, Measured, judge_fidelity, measured_run
@@ -149,7 +153,7 @@ class Replayer:
         if self.measured is None:
             return None
         base = self.baseline()
-        return judge_fidelity(self.measured, base.preemptions, base.ttft_p99_s)
+        return judge_fidelity(self.measured, base.preemptions, base.ttft_p99_s, base.prefix_hit_ratio)
 
     def _step_cost(self, spec: SimSpec, config: EngineConfig):
         """The fit, carried over to other hardware by the catalogue's ratio; None: catalogue."""
@@ -266,10 +270,19 @@ def build_trace(
     n = done["n"].fillna(1).astype(int).tolist() if "n" in done.columns else [1] * len(done)
     chain = chains.chain.tolist() if chains is not None else [-1] * len(done)
     after = chains.after_s.tolist() if chains is not None else [0.0] * len(done)
+    turns = evidence.turns or (None,) * len(done)
+    prompts = done["prompt_tokens"].astype(int)
+    prefixes = [asdict(replay_prefix(turn, g, p)) for turn, g, p in zip(turns, groups, prompts)]
     return [
-        TraceRequest((float(t) - t0) * scale, int(p), int(o), max(1, k), g, tokens, c, a * scale)
-        for t, p, o, k, (g, tokens), c, a in zip(
-            done["send_time_unix"], done["prompt_tokens"], done["output_tokens"], n, groups, chain, after
+        TraceRequest((float(t) - t0) * scale, int(p), int(o), max(1, k), chain=c, after_s=a * scale, **x)
+        for t, p, o, k, c, a, x in zip(
+            done["send_time_unix"],
+            done["prompt_tokens"],
+            done["output_tokens"],
+            n,
+            chain,
+            after,
+            prefixes,
         )
     ]
 
@@ -344,6 +357,11 @@ def make_replayer(
     if len(trace) > MAX_REPLAY_REQUESTS:
         axis += f"; only the first {MAX_REPLAY_REQUESTS:,} of {len(trace):,} requests are replayed"
         trace, near = trace[:MAX_REPLAY_REQUESTS], near[:MAX_REPLAY_REQUESTS]
+    if conversations := {t.conversation for t in evidence.turns if t.conversation >= 0}:
+        axis += (
+            f"; {len(conversations)} conversations replayed as sessions (each turn's prompt carries the "
+            "previous turn's prompt and answer, after a stem shared between them)"
+        )
     if links.source == "session_id":
         axis += (
             f"; {links.users} conversations replayed as chains (each turn its recorded gap after the "

@@ -90,6 +90,7 @@ _SECTIONS: dict[str | tuple[str, ...], dict[str, str]] = {
         "demand_unknown": "add_memory not sized: no replay and no running/waiting samples for the demand",
         "demand_within_pool": "add_memory not advised: the replayed demand fits the run's pool",
         "context_limit_close": "cut_context not advised: the limit is not twice what a cut could go to",
+        "sessions_near_context_limit": "sessions reached 90% of max_model_len: later turns will not fit",
         "context_never_exceeded": "cut_context not advised: every request fit and a paged pool does not grow",
         "no_prompt_fingerprints": "make_prefix_identical not judged: no prompt fingerprints in the bundle",
         "prefix_caching_off": "identical prefixes the prefix cache did not hit: prefix caching is off",
@@ -135,6 +136,7 @@ _SECTIONS: dict[str | tuple[str, ...], dict[str, str]] = {
     },
     (STATUS_REASON, REPLAY_IMPLAUSIBLE): {
         "replay_implausible": "the replay of the run as it was is 10x off its TTFT p50",
+        "replay_hit_ratio_off": "hit-ratio claim: the unchanged replay is 5+ points off the run's hit ratio",
     },
     FIDELITY: {
         "replay_within_tolerance": "the unchanged configuration's replay is within 25% of the run",

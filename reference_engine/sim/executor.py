@@ -38,6 +38,11 @@ from reference_engine.sim.cost_model import StepTimeModel
 _MASK64 = (1 << 64) - 1
 
 
+def drawn_token(seed: int, index: int, position: int, vocab: Sequence[int]) -> int:
+    """The token choice `index` of a request seeded `seed` draws at `position`."""
+    return vocab[_mix(seed ^ _mix((index << 40) ^ position)) % len(vocab)]
+
+
 def _mix(x: int) -> int:
     """splitmix64's finaliser: a cheap, well-mixed 64-bit hash."""
     x = (x + 0x9E3779B97F4A7C15) & _MASK64
@@ -129,8 +134,7 @@ class SimExecutor:
         return seed & _MASK64 if seed is not None else zlib.crc32(request.group_id.encode())
 
     def draw(self, request: Request, index: int, position: int) -> int:
-        h = _mix(self._seed(request) ^ _mix((index << 40) ^ position))
-        return self.vocab[h % len(self.vocab)]
+        return drawn_token(self._seed(request), index, position, self.vocab)
 
     def _logprob(self, token: int, top_k: int, request: Request, position: int) -> TokenLogprob:
         """A flat distribution over the vocabulary: every token has -ln(len(vocab)). The top-k

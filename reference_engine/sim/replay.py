@@ -19,8 +19,11 @@ from reference_engine.sampling_params import InvalidRequestError, SamplingParams
 from reference_engine.sim.arrivals import Arrivals
 from reference_engine.sim.cost_model import StepTimeModel
 from reference_engine.sim.engine import SimSpec, build_sim_engine
+from reference_engine.sim.executor import drawn_token
 
 SHARE_EVERY = 8
+VOCAB = range(1000, 60_000)
+STREAM_SEEDS = 1 << 48
 # Virtual time publishes a whole trace's KV events in about a second of wall time; the
 # replay waits for them to be sent before the publisher (and its replay socket) closes.
 EVENTS_DRAIN_S = 60.0
@@ -32,7 +35,14 @@ class TraceRequest:
     """One request of a trace. Requests with the same `prefix_group` (>= 0) start with the
     same `prefix_tokens` token ids, as a shared system prompt would. Requests with the same
     `chain` (>= 0) are one closed-loop user's, in arrival order: each after the first arrives
-    `after_s` after the previous one finished in the replay (`arrivals`), not at `arrival_s`."""
+    `after_s` after the previous one finished in the replay (`arrivals`), not at `arrival_s`.
+
+    A conversation (`answer_continues`): its answer's tokens continue its group's token
+    stream, so the next turn, whose prompt is the group's stream up to past that answer,
+    finds the answer's blocks cached as a server finds the history it served. Its first
+    `stem_tokens` come from `stem_group`'s stream instead (a system prompt or preamble shared
+    with other conversations). A group's stream is position-addressed: token p is the same
+    whichever request carries it."""
 
     arrival_s: float
     prompt_tokens: int
@@ -42,6 +52,9 @@ class TraceRequest:
     prefix_tokens: int = 0
     chain: int = -1
     after_s: float = 0.0
+    stem_group: int = -1
+    stem_tokens: int = 0
+    answer_continues: bool = False
 
 
 @dataclass(slots=True)
@@ -105,11 +118,19 @@ class NullTokenizer:
         return ""
 
 
+def stream_seed(group: int) -> int:
+    """The seed of a prefix group's token stream (far above any request's own seed)."""
+    return STREAM_SEEDS + group
+
+
 def _prompt_ids(req: TraceRequest, index: int, rng: random.Random) -> list[int]:
     shared = []
     if req.prefix_group >= 0 and req.prefix_tokens > 0:
-        group_rng = random.Random(1_000_003 * (req.prefix_group + 1))
-        shared = [group_rng.randrange(1000, 60_000) for _ in range(min(req.prefix_tokens, req.prompt_tokens))]
+        stem = min(req.stem_tokens, req.prefix_tokens) if req.stem_group >= 0 else 0
+        seeds = [stream_seed(req.stem_group)] * stem + [stream_seed(req.prefix_group)] * (
+            min(req.prefix_tokens, req.prompt_tokens) - stem
+        )
+        shared = [drawn_token(seed, 0, p, VOCAB) for p, seed in enumerate(seeds)]
     return shared + [rng.randrange(1000, 60_000) for _ in range(req.prompt_tokens - len(shared))]
 
 
@@ -129,7 +150,7 @@ def replay_trace(
     clock = VirtualClock()
     config = replace(config, kv_events_config=kv_events_config, kv_cache_metrics=False)
     sim = build_sim_engine(
-        spec, config, tokenizer=NullTokenizer(), vocab=range(1000, 60_000), step_cost=step_cost, clock=clock
+        spec, config, tokenizer=NullTokenizer(), vocab=VOCAB, step_cost=step_cost, clock=clock
     )
     engine, kv = sim.engine, sim.engine.kv
     rng = random.Random(seed)
@@ -143,7 +164,8 @@ def replay_trace(
     while arrivals or engine.has_unfinished():
         for at, i in arrivals.due(clock.t):
             req = trace[i]
-            params = SamplingParams(max_tokens=req.output_tokens, n=req.n, ignore_eos=True, seed=seed + i)
+            answer_seed = stream_seed(req.prefix_group) if req.answer_continues else seed + i
+            params = SamplingParams(max_tokens=req.output_tokens, n=req.n, ignore_eos=True, seed=answer_seed)
             try:
                 r = engine.add_request(_prompt_ids(req, i, rng), params, request_id=f"t{i}", arrival_time=at)
             except InvalidRequestError:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from harness.advisor.advice import advise
+from harness.advisor.run_inputs import load as advisor_inputs
 from harness.results import load
 from tests.support.servers import kvscope_run
 
@@ -70,11 +72,18 @@ def test_the_previous_prompt_is_found_cached_and_the_hit_ratio_rises(large_pool)
     print(f"large pool: history cached {kept.mean():.1%} of {len(pairs)} turns; hit ratio by turn {hit}")
 
 
-def test_a_small_pool_evicts_histories_between_turns(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def small_pool(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("small")
     bundle = run(
         tmp_path, "b", *CHAT, "--users", "8", "--sessions", "8", "--turns", "3",
         "--turn-think-time", "0.5-1", "--num-blocks", "32",
     )  # fmt: skip
+    return tmp_path, bundle
+
+
+def test_a_small_pool_evicts_histories_between_turns(small_pool) -> None:
+    tmp_path, bundle = small_pool
     pairs = continuing_turns(bundle.measured)
     evicted = pairs["cached_tokens"] < pairs["previous_prompt_tokens"] - BLOCK
     sessions = bundle.summary["sessions"]
@@ -94,6 +103,32 @@ def test_a_small_pool_evicts_histories_between_turns(tmp_path) -> None:
         f"hit ratio by turn {[t['hit_ratio'] for t in sessions['by_turn']]}; "
         f"{sessions['sessions_preempted']} sessions preempted"
     )
+
+
+def test_the_advisor_replays_the_sessions_and_reproduces_their_hit_ratio(small_pool) -> None:
+    """The unchanged replay of the session trace hits what the run hit (within 5 points), and
+    add_memory for prefix reuse is advised from the sessions' curve, replayed over them."""
+    tmp_path, bundle = small_pool
+    advice = advise(advisor_inputs(tmp_path / "b")).to_json()
+    done = bundle.measured[bundle.measured["ok"]]
+    run_hit = done["cached_tokens"].sum() / done["prompt_tokens"].sum()
+    fidelity = advice["fidelity"]
+    assert fidelity["measured"]["hit_ratio"] == pytest.approx(run_hit)
+    replayed = fidelity["replayed_hit_ratio"]
+    print(f"small pool: run hit ratio {run_hit:.1%}, unchanged replay {replayed:.1%}")
+    assert abs(replayed - run_hit) <= 0.05 and fidelity["hit_ratio_within"]
+    sessions = advice["workload"]["sessions"]
+    assert sessions["sessions"] == 8 and sessions["continuing_turns"] == 16
+    assert 0.3 < sessions["history_share"] < 0.9
+    kept = [p["history_kept"] for p in sessions["reuse_curve"]]
+    assert kept[0] < 1.0 and kept == sorted(kept) and kept[-1] == 1.0, sessions["reuse_curve"]
+    add = next(v for v in advice["verdicts"] if v["action"] == "add_memory")
+    assert add["evidence"]["source"].startswith("the sessions'")
+    replay = add["replay"]
+    assert "8 conversations replayed as sessions" in replay["time_axis"], replay["time_axis"]
+    assert replay["baseline"]["prefix_hit_ratio"] == pytest.approx(replayed)
+    assert replay["changed"]["prefix_hit_ratio"] > replayed
+    print(f"add_memory: {add['status']}: {add['effect']}; {replay['why']['text']}")
 
 
 def test_an_agent_loop_is_served_from_the_cache(tmp_path) -> None:

@@ -51,3 +51,28 @@ def test_shared_prefix_hits_in_replay():
     requests = [TraceRequest(i * 0.5, 200, 10, prefix_group=0, prefix_tokens=160) for i in range(6)]
     result = run("paged", requests)
     assert result.prefix_cache_hits == 5 * 160
+
+
+def test_a_conversation_finds_its_history_and_answers_cached_and_shares_its_stem():
+    """Two conversations over one 32-token stem: each turn's prompt is its conversation's
+    stream up to past the previous answer, so it hits every full block of the previous
+    prompt and answer; the second conversation's first turn hits the stem."""
+
+    def turn(at, conversation, prompt, chain):
+        return TraceRequest(
+            at, prompt, 20, prefix_group=conversation, prefix_tokens=prompt, chain=chain,
+            stem_group=9, stem_tokens=32, answer_continues=True,
+        )  # fmt: skip
+
+    requests = [turn(0.0, 0, 50, 0), turn(0.0, 0, 90, 0), turn(5.0, 1, 50, 1), turn(5.0, 1, 90, 1)]
+    records = sorted(run("paged", requests).records, key=lambda r: r.index)
+    # turn 1 carries 50 + 20 = 70 tokens of history: 4 full blocks; the stem is 2 blocks
+    assert [r.cached_tokens for r in records] == [0, 64, 32, 64]
+
+
+def test_without_answer_continuation_only_the_prompt_is_found():
+    requests = [TraceRequest(0.0, 50, 20, prefix_group=0, prefix_tokens=50, chain=0)] + [
+        TraceRequest(0.0, 90, 20, prefix_group=0, prefix_tokens=90, chain=0)
+    ]
+    records = sorted(run("paged", requests).records, key=lambda r: r.index)
+    assert [r.cached_tokens for r in records] == [0, 48]
