@@ -136,10 +136,21 @@ if [ "$test_setup" = 1 ]; then
   fi
   # Debian's prometheus package starts a system service; the tests start their own instances.
   if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi
+  # The real vLLM for the tests that run kvscope against it (prints its python and model
+  # folder). Its install is mostly download and unpacking, so it runs while llama-server
+  # compiles, which is CPU-bound: on a fresh 2-core machine the two together take about the
+  # build's time alone.
+  vllm_log="$VENV/.vllm-setup.log"
+  bash scripts/setup_vllm.sh >"$vllm_log" 2>&1 &
+  vllm_pid=$!
   PIP="$PIP" bash scripts/build_llama_server.sh >/dev/null
-  took "llama.cpp's llama-server"
-  # The real vLLM for the tests that run kvscope against it; prints its python and model folder.
-  bash scripts/setup_vllm.sh | sed 's/^/[setup] vLLM: /'
-  took "vLLM"
+  took "llama.cpp's llama-server (vLLM installing alongside)"
+  if ! wait "$vllm_pid"; then
+    echo "[setup] the real vLLM did not install (scripts/setup_vllm.sh):" >&2
+    tail -20 "$vllm_log" >&2
+    exit 1
+  fi
+  grep -v '^WARNING: Location' "$vllm_log" | sed 's/^/[setup] vLLM: /'
+  took "vLLM (after llama-server)"
 fi
 echo "[setup] ready: $VENV ($((SECONDS - t_start)) s)"
