@@ -2,8 +2,8 @@
 what the server states (its /v1/models and /metrics) and what the user states with
 `--deployment`. Without it, nothing the server did not state is assumed (no replay on a guessed
 model or GPU; only settings that cannot bind in the run) and the advice says what to pass;
-with a `--deployment` matching the simulator's flags, the verdicts are those of the run where kvscope started the
-same simulator itself."""
+with a `--deployment` matching the simulator's flags, the verdicts are those of the run where
+kvscope started the same simulator itself."""
 
 from __future__ import annotations
 
