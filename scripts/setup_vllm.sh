@@ -39,7 +39,8 @@ fi
 
 if [ ! -f "$MODEL_DIR/config.json" ] || [ ! -f "$MODEL_DIR/model.safetensors" ]; then
   echo "[setup-vllm] converting SmolLM2-135M-Instruct (GGUF) into $MODEL_DIR" >&2
-  "$PY" scripts/convert_gguf_to_hf.py --out "$MODEL_DIR" >&2
+  # No progress bars: this runs beside the llama.cpp build and its log is relayed line by line.
+  TQDM_DISABLE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 "$PY" scripts/convert_gguf_to_hf.py --out "$MODEL_DIR" >&2
 fi
 echo "$PY"
 echo "$MODEL_DIR"
