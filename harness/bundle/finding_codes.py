@@ -179,6 +179,7 @@ _SECTIONS: dict[str | tuple[str, ...], dict[str, str]] = {
         "pool_blocks_unmeasured": "usage is no whole number of blocks over a pool: usable blocks unmeasured",
         "pool_blocks_from_statement": "the pool's usable block count is the server's statement",
         "not_whole_blocks": "no whole block size explains every ladder point exactly",
+        "peak_read_lag": "a pool counted in tokens: some peaks were read a token or two off (one-step peaks)",
         "no_lengths": "no request lengths to tabulate (no --lengths, no bundle)",
         "bundle_no_kv_samples": "the run recorded no KV usage samples: nothing to fit",
         "bundle_prefix_sharing": "the run's requests shared prefix blocks, which makes its fit low",

@@ -20,6 +20,7 @@ NO_GROWTH = "fixed_reservation"  # occupancy does not grow with tokens (a per-re
 POOL_BLOCKS_UNMEASURED = "pool_blocks_unmeasured"  # usage is not a whole number of blocks over a pool
 POOL_BLOCKS_STATED = "pool_blocks_from_statement"  # the pool's block count is the server's statement
 NOT_WHOLE_BLOCKS = "not_whole_blocks"  # no whole block size explains every point exactly
+PEAK_READ_LAG = "peak_read_lag"  # a one-token pool: a minority of peaks read a token or two off
 NO_LENGTHS = "no_lengths"  # no request lengths to tabulate (no --lengths, no bundle)
 BUNDLE_NO_KV_SAMPLES = "bundle_no_kv_samples"
 BUNDLE_PREFIX_SHARING = "bundle_prefix_sharing"  # shared prefix blocks make the run's fit low
