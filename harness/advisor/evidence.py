@@ -81,20 +81,28 @@ class WorkloadEvidence:
         Fingerprints see sharing only up to the last chunk boundary inside the shared part, a
         coarse measure when a prompt has few words. The server's own counts correct that:
         a request served with C cached tokens shares at least C, and so does every request
-        of its group whose fingerprint shares as much as its own (the same branch)."""
+        of its group whose fingerprint shares as much as its own (the same branch).
+
+        A request the fingerprints see sharing nothing, served with C cached tokens, shares C
+        tokens the client never sent: what the server puts first (a chat template's system
+        turn). Such requests are one group of their own, each with its C."""
         rows = list(zip(self.sharing, self.prompt_chars, done["prompt_tokens"].astype(int)))
         as_is = [_tokens(s.shared_chars, chars, prompt) for s, chars, prompt in rows]
+        cached = cached_tokens(done)
         floor: dict[tuple[int, int], int] = {}  # (group, fingerprint's share) -> most cached
-        for (s, _, _), tokens, cached in zip(rows, as_is, cached_tokens(done)):
+        for (s, _, _), tokens, c in zip(rows, as_is, cached):
             if s.group >= 0:
-                floor[(s.group, tokens)] = max(floor.get((s.group, tokens), 0), cached)
+                floor[(s.group, tokens)] = max(floor.get((s.group, tokens), 0), c)
+        server_side = 1 + max((max(s.group, s.near_group) for s in self.sharing), default=-1)
         out = []
-        for (s, chars, prompt), share in zip(rows, as_is):
+        for (s, chars, prompt), share, c in zip(rows, as_is, cached):
             group, tokens = (
                 (s.near_group, _tokens(s.near_shared_chars, chars, prompt)) if near else (s.group, share)
             )
             if s.group >= 0:  # a near-identical share contains the identical one
                 tokens = max(tokens, min(prompt - 1, floor[(s.group, share)]))
+            elif group < 0 and c > 0:
+                group, tokens = server_side, min(prompt - 1, c)
             out.append((group, tokens) if group >= 0 and tokens > 0 else (-1, 0))
         return out
 

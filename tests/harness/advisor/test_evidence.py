@@ -109,7 +109,9 @@ def test_the_servers_cached_tokens_correct_a_coarse_fingerprint_per_branch():
     """A 160-token prompt of 135 characters in 2 chunks: the fingerprint sees 20 characters
     (23 tokens) shared, the server served 128 from its cache. Every request of that branch
     shares 128 in the replay, the cold ones too; a shorter stem of the same group keeps its
-    own share, and the server's counts never create a group."""
+    own share. A request the fingerprints see sharing nothing but served with cached tokens
+    shares what the server put first (a chat template's system turn): such requests are one
+    group of their own (id 2, after the fingerprints' 0 and 1), each with its count."""
 
     def sharing(shared: int, group: int, near_shared: int | None = None, near_group: int | None = None):
         near = near_group is not None
@@ -127,10 +129,10 @@ def test_the_servers_cached_tokens_correct_a_coarse_fingerprint_per_branch():
     rows = [sharing(20, 0)] * 4 + [sharing(10, 0), sharing(0, -1), sharing(20, 0, 100, 1)]
     done = pd.DataFrame({"prompt_tokens": [160] * 7, "cached_tokens": [0, 128, 128, None, 0, 64, 0]})
     evidence = WorkloadEvidence(None, None, tuple(rows), (135,) * 7)
-    assert evidence.prefix_groups(done) == [(0, 128)] * 4 + [(0, 11), (-1, 0), (0, 128)]
+    assert evidence.prefix_groups(done) == [(0, 128)] * 4 + [(0, 11), (2, 64), (0, 128)]
     assert evidence.prefix_groups(done, near=True)[-1] == (1, 128)  # 118 by the fingerprint
     fallback = done.drop(columns="cached_tokens").assign(server_cached_prompt_tokens=[0, 0, 0, 0, 0, 0, 96])
-    assert evidence.prefix_groups(fallback) == [(0, 96)] * 4 + [(0, 11), (-1, 0), (0, 96)]
+    assert evidence.prefix_groups(fallback) == [(0, 96)] * 4 + [(0, 11), (-1, 0), (0, 96)]  # 0 cached
     assert evidence.prefix_groups(done[["prompt_tokens"]]) == [(0, 23)] * 4 + [(0, 11), (-1, 0), (0, 23)]
 
 
