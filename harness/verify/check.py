@@ -19,9 +19,9 @@ replay predicted (advice.json, under each verdict).
                batch; a shared machine); else the replay's own model
 
 The deciding metric is the one the verdict argues with: the miss-ratio curve's add_memory, the
-prefix hit ratio (up); a verdict whose replay showed fewer preemptions, preemptions (down);
-otherwise TTFT p99 (down). kv_not_bottleneck predicts no gain: it is confirmed when TTFT p99
-does not fall by more than the noise.
+prefix hit ratio (up); a verdict whose replay showed fewer preemptions by more than their
+noise floor, preemptions (down); otherwise TTFT p99 (down). kv_not_bottleneck predicts no
+gain: it is confirmed when TTFT p99 does not fall by more than the noise.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ def deciding_metric(verdict: dict[str, Any]) -> str:
         return "ttft_p99_s"
     replay = verdict.get("replay") or {}
     base, changed = replay.get("baseline") or {}, replay.get("changed") or {}
-    if (changed.get("preemptions") or 0) < (base.get("preemptions") or 0):
+    # A drop no rerun could tell from noise (1 -> 0: the noise floor) cannot decide.
+    if (base.get("preemptions") or 0) - (changed.get("preemptions") or 0) > NOISE_FLOOR["preemptions"]:
         return "preemptions"
     return "ttft_p99_s"
 

@@ -59,6 +59,11 @@ def test_the_deciding_metric_follows_the_verdict() -> None:
     assert deciding_metric(_verdict()) == "preemptions"
     no_fewer = _verdict(changed={"preemptions": 38, "ttft_p99_s": 1.0})
     assert deciding_metric(no_fewer) == "ttft_p99_s"
+    # 1 -> 0 is within the noise floor: no rerun could confirm it, TTFT p99 decides (a long
+    # context run of the accuracy benchmark: 1 preemption, TTFT p99 6.1 s -> 2.4 s measured)
+    one = _verdict(base_pre=1, changed={"preemptions": 0, "ttft_p99_s": 2.2})
+    assert deciding_metric(one) == "ttft_p99_s"
+    assert deciding_metric(_verdict(base_pre=2, changed={"preemptions": 0})) == "preemptions"
     curve = _verdict(hit_ratio=0.62, pool_blocks=20)
     assert (
         deciding_metric(curve) == "prefix_hit_ratio" and predicted_metrics(curve)["prefix_hit_ratio"] == 0.62
