@@ -120,6 +120,7 @@ _SECTIONS: dict[str | tuple[str, ...], dict[str, str]] = {
     CHECK_MISS: {
         "verify_miss_noise": "a prediction off by over 30%, within the run-to-run noise (`subject`: metric)",
         "verify_miss_speed": "a prediction off by over 30%: the rerun's server stepped at another speed",
+        "verify_miss_change_speed": "a prediction off by over 30%: the change's KV dtype slowed the steps",
         "verify_miss_model": "a prediction off by over 30%, not noise nor speed: the replay's model",
     },
     REPLAY_WHY: {

@@ -102,8 +102,14 @@ def _difference(a: Any, b: Any) -> float | None:
 
 
 def _misses(
-    predicted: dict[str, Any], measured: dict[str, Any], noise: dict[str, Any], speed: float | None
+    predicted: dict[str, Any],
+    measured: dict[str, Any],
+    noise: dict[str, Any],
+    speed: float | None,
+    costs_steps: bool = False,
 ) -> list[dict[str, Any]]:
+    """`costs_steps`: the change itself may change the step time (a KV dtype: fp8 KV is
+    converted on every read where the hardware has no fp8 arithmetic, as on CPU)."""
     out = []
     for m in METRICS:
         p, got = predicted.get(m), measured.get(m)
@@ -112,6 +118,13 @@ def _misses(
         if noise.get(m) is not None and abs(p - got) <= noise[m]:
             cause = Finding(
                 "verify_miss_noise", "within the run-to-run noise measured by the unchanged rerun", m
+            )
+        elif speed is not None and speed > 1 + SPEED_SLACK and costs_steps:
+            cause = Finding(
+                "verify_miss_change_speed",
+                f"the server stepped x{speed:.2f} slower with the change: the new KV dtype costs step time "
+                "on this server, and the replay steps at the run's speed",
+                m,
             )
         elif speed is not None and abs(speed - 1) > SPEED_SLACK:
             way = "slower" if speed > 1 else "faster"
@@ -146,7 +159,7 @@ def judge_check(
     metric = deciding_metric(verdict)
     effect, band = _difference(measured.get(metric), as_run.get(metric)), noise[metric]
     parts = dict(as_run=as_run, baseline=baseline, predicted=predicted, measured=measured, error=error)
-    misses = _misses(predicted, measured, noise, speed)
+    misses = _misses(predicted, measured, noise, speed, verdict.get("action") == "quantize_kv_cache")
     if effect is None or band is None:
         return Check(
             change, "not applicable", Finding("verify_not_measured", f"{metric} was not measured"), **parts

@@ -106,3 +106,8 @@ def test_a_miss_says_by_how_much_and_names_its_likeliest_cause() -> None:
     assert same_speed.misses[0]["code"] == "verify_miss_model"
     noisy = judge_check(v, CHANGE, AS_RUN, {**RERUN, "ttft_p99_s": 1.0}, measured, speed=1.6)
     assert noisy.misses[0]["code"] == "verify_miss_noise"  # the unchanged rerun moved 2.8 s
+    # fp8 KV on a CPU converts on every read: the slower steps are the change's own cost
+    fp8 = judge_check(_verdict("quantize_kv_cache"), CHANGE, AS_RUN, RERUN, measured, speed=2.5)
+    assert fp8.misses[0]["code"] == "verify_miss_change_speed" and "x2.50 slower" in fp8.misses[0]["text"]
+    faster = judge_check(_verdict("quantize_kv_cache"), CHANGE, AS_RUN, RERUN, measured, speed=0.6)
+    assert faster.misses[0]["code"] == "verify_miss_speed"
