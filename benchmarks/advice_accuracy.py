@@ -131,7 +131,7 @@ def main() -> int:
     args = p.parse_args()
     base = args.out or Path(tempfile.mkdtemp(prefix="kvscope-accuracy-"))
     chosen = [c for c in cases() if not args.cases or c.name in args.cases.split(",")]
-    rows, errors, failures = [], {}, []
+    rows, errors, failures, misses = [], {}, [], []
     for case in chosen:
         started = time.monotonic()
         advice, why = run_case(case, base / case.name, args.duration)
@@ -156,6 +156,11 @@ def main() -> int:
             rows.append(
                 f"| {case.name} | {kind(v)} | {flags} | {' | '.join(cells)} | {status} | {decided} | {wall} |"
             )
+            misses += [
+                f"- {case.name}, {kind(v)}, {m['subject']}: predicted {m['predicted']:.3g}, measured "
+                f"{m['measured']:.3g}: {m['text']} (`{m['code']}`)"
+                for m in c.get("misses") or []
+            ]
     out = [f"Each run and rerun {args.duration}; predicted / measured (the rerun with the change).", ""]
     out += [
         "| case | verdict | flags applied | preemptions | TTFT p99 | prefix hit ratio | status | "
@@ -175,6 +180,9 @@ def main() -> int:
             cells.append(_cell(sum(values) / len(values), pattern) if values else "n/a")
         n = max(len(errors.get((k, e, m), [])) for m, _ in METRICS)
         out.append(f"| {k} | {e} | {n} | " + " | ".join(cells) + " |")
+    if misses:
+        head = "Predictions off by over 30% (the hit ratio: by over 5 points), with the likeliest cause:"
+        out += ["", head, "", *misses]
     if failures:
         out += ["", "Cases that did not run:", "", *failures]
     command = f"python -m benchmarks.advice_accuracy --duration {args.duration}" + (

@@ -118,10 +118,11 @@ _SECTIONS: dict[str | tuple[str, ...], dict[str, str]] = {
         "verify_nothing_to_apply": "the verdict changes nothing a server flag sets",
     },
     CHECK_MISS: {
-        "verify_miss_noise": "a prediction off by over 30%, within the run-to-run noise (`subject`: metric)",
-        "verify_miss_speed": "a prediction off by over 30%: the rerun's server stepped at another speed",
-        "verify_miss_change_speed": "a prediction off by over 30%: the change's KV dtype slowed the steps",
-        "verify_miss_model": "a prediction off by over 30%, not noise nor speed: the replay's model",
+        "verify_miss_noise": "a miss within the run-to-run noise (`subject`: the metric)",
+        "verify_miss_curve_pressure": "a hit ratio over the measured: the curve's run was under KV pressure",
+        "verify_miss_speed": "a miss: the rerun's server stepped at another speed",
+        "verify_miss_change_speed": "a miss: the change's KV dtype slowed the steps",
+        "verify_miss_model": "a miss, not noise nor speed: the replay's model",
     },
     REPLAY_WHY: {
         "fewer_preemptions": "the change preempts less",
