@@ -172,7 +172,9 @@ def test_a_normal_run_is_reliable(normal_run):
 def test_an_overloaded_client_is_marked_unreliable(overloaded_run):
     s = summarize(overloaded_run)
     assert not s["reliable"], s["selfcheck"]
-    client = {"client_lag_typical", "client_lag_moved_p99", "load_generator_cpu"}
+    # Any of the client's own causes: which one the stopped worker trips first depends on the
+    # machine (a late read shows as lag, or as chunks found waiting together).
+    client = {"client_lag_typical", "client_lag_moved_p99", "load_generator_cpu", "bunched_by_client"}
     assert client & set(codes(s["selfcheck"]["reasons"])), s["selfcheck"]["reasons"]
     # On the console right under the headline, and as the exit status (--fail-on-unreliable).
     lines = (overloaded_run / "console.log").read_text().strip().splitlines()

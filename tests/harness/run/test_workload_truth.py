@@ -88,14 +88,19 @@ def test_a_mooncake_trace_shares_its_blocks_in_the_servers_cache(engine_url, tmp
     _run(engine_url, out, "--workload", "replay", "--trace", str(trace), "--users", "8", "--duration", "5s")
     m = load(out).measured.sort_values("scheduled_time_unix").reset_index(drop=True)
     assert len(m) == len(rows) and m["ok"].all()
-    previous: dict[int, int] = {}
+    # Each conversation's turns so far: (prompt tokens, when the reply ended). A turn can only
+    # find the prompts of turns that ended before it was sent: on a loaded machine the trace's
+    # one second between turns may not cover the previous turn's prefill.
+    turns: dict[int, list[tuple[int, float]]] = {}
     for row, (_, rec) in zip(rows, m.iterrows()):
-        first = row["hash_ids"][0]
-        if first in previous:  # a later turn: the earlier turn's prompt is its prefix
-            assert rec["server_cached_prompt_tokens"] >= 0.8 * previous[first], (
+        first, sent = row["hash_ids"][0], rec["send_time_unix"]
+        if first in turns:  # a later turn: each earlier turn's prompt is its prefix
+            ended = [tokens for tokens, end in turns[first] if end <= sent]
+            assert ended, (row, "no earlier turn ended before it was sent")
+            assert rec["server_cached_prompt_tokens"] >= 0.8 * max(ended), (
                 row,
                 rec["server_cached_prompt_tokens"],
             )
         else:
             assert rec["server_cached_prompt_tokens"] < 64  # at most the chat template
-        previous[first] = int(rec["prompt_tokens"])
+        turns.setdefault(first, []).append((int(rec["prompt_tokens"]), sent + rec["e2e_s"]))
