@@ -20,7 +20,9 @@ replay predicted (advice.json, under each verdict).
                count its recomputed blocks as misses more blocks would avoid); the
                server stepping at another speed in the rerun than in the run the replay models
                (`speed`: the rerun's fitted step time over the run's, on the run's typical
-               batch; a shared machine); else the replay's own model
+               batch; a shared machine), only where the miss goes the way that speed moves
+               the metric (a slower rerun cannot explain a TTFT below the prediction); else
+               the replay's own model
 
 The deciding metric is the one the verdict argues with: the miss-ratio curve's add_memory, the
 prefix hit ratio (up); a verdict whose replay showed fewer preemptions by more than their
@@ -49,6 +51,9 @@ LOWER_IS_BETTER = {"preemptions", "ttft_p50_s", "ttft_p99_s"}
 MISS_SHARE = 0.30
 HIT_RATIO_MISS = 0.05  # 5 points of hit ratio
 SPEED_SLACK = 0.15  # a rerun within 15% of the run's step speed: no speed change to blame
+# Which way a slower server moves a metric against a replay at the run's speed: it can only
+# explain a miss in that direction (the others have no sure direction).
+SLOWER_MOVES = {"ttft_p50_s": 1, "ttft_p99_s": 1, "output_tokens_per_s": -1}
 CURVE_METRIC = "prefix_hit_ratio"
 
 
@@ -106,6 +111,14 @@ def _difference(a: Any, b: Any) -> float | None:
     return None if a is None or b is None else float(a) - float(b)
 
 
+def _speed_explains(metric: str, predicted: float, measured: float, speed: float | None) -> bool:
+    """Whether a rerun stepping at `speed` x the run's step time can explain this miss."""
+    if speed is None or abs(speed - 1) <= SPEED_SLACK:
+        return False
+    way = SLOWER_MOVES.get(metric)
+    return way is None or (measured - predicted) * way * (speed - 1) > 0
+
+
 def _misses(
     predicted: dict[str, Any],
     measured: dict[str, Any],
@@ -136,18 +149,18 @@ def _misses(
                 "count as misses more blocks would avoid, while the server counts its lookups apart",
                 m,
             )
-        elif speed is not None and speed > 1 + SPEED_SLACK and costs_steps:
+        elif costs_steps and speed is not None and speed > 1 and _speed_explains(m, p, got, speed):
             cause = Finding(
                 "verify_miss_change_speed",
                 f"the server stepped x{speed:.2f} slower with the change: the new KV dtype costs step time "
                 "on this server, and the replay steps at the run's speed",
                 m,
             )
-        elif speed is not None and abs(speed - 1) > SPEED_SLACK:
-            way = "slower" if speed > 1 else "faster"
+        elif speed is not None and _speed_explains(m, p, got, speed):
+            way = f"x{speed:.2f} slower" if speed > 1 else f"x{1 / speed:.2f} faster"
             cause = Finding(
                 "verify_miss_speed",
-                f"the server stepped x{speed:.2f} {way} in this rerun than in the run the replay models "
+                f"the server stepped {way} in this rerun than in the run the replay models "
                 "(a shared machine)",
                 m,
             )

@@ -109,8 +109,14 @@ def test_a_miss_says_by_how_much_and_names_its_likeliest_cause() -> None:
     # fp8 KV on a CPU converts on every read: the slower steps are the change's own cost
     fp8 = judge_check(_verdict("quantize_kv_cache"), CHANGE, AS_RUN, RERUN, measured, speed=2.5)
     assert fp8.misses[0]["code"] == "verify_miss_change_speed" and "x2.50 slower" in fp8.misses[0]["text"]
+    # A faster rerun cannot explain a TTFT above the prediction, nor a slower one a TTFT below it
     faster = judge_check(_verdict("quantize_kv_cache"), CHANGE, AS_RUN, RERUN, measured, speed=0.6)
-    assert faster.misses[0]["code"] == "verify_miss_speed"
+    assert faster.misses[0]["code"] == "verify_miss_model"
+    quick = {**measured, "ttft_p99_s": 0.5}
+    faster = judge_check(v, CHANGE, AS_RUN, RERUN, quick, speed=0.6)
+    assert faster.misses[0]["code"] == "verify_miss_speed" and "x1.67 faster" in faster.misses[0]["text"]
+    slower = judge_check(_verdict("quantize_kv_cache"), CHANGE, AS_RUN, RERUN, quick, speed=2.5)
+    assert slower.misses[0]["code"] == "verify_miss_model"
 
 
 def test_a_curve_from_a_run_under_kv_pressure_misses_as_an_upper_bound() -> None:
