@@ -3,7 +3,8 @@ tokens), started by kvscope itself as `kvscope run` starts it: the probe measure
 block and 63 x 16 tokens of capacity, and says why that is one block short of the stated
 64 x 16 (the null block). Its predicted concurrency then holds: closed-loop users with
 requests of that length, all started at once, never preempt at the predicted count and do
-preempt at 1.5 times it. The bundle of the first run is then probed without requests."""
+preempt at 1.5 times it. The bundle of the first run is then probed without requests: its
+fit costs a request within a block of the live probe's."""
 
 from __future__ import annotations
 
@@ -86,5 +87,13 @@ def test_the_predicted_concurrency_holds_and_half_as_many_again_preempts(probed,
         "p90",
         "p99",
     ]
-    assert from_run["concurrency"][0]["requests"] == predicted
-    print(f"from the run: {from_run['capacity_tokens']} tokens, {from_run['tokens_per_block']} per block")
+    # From a run the fit is a line through noisy samples, not whole blocks: its cost of a
+    # request lands within a block of the live probe's 16, and 63 / 16 = 3.94 sits so near 4
+    # that a fitted 15.75 blocks holds 4 (CI read 4 once)
+    p50 = from_run["concurrency"][0]
+    print(
+        f"from the run: {from_run['capacity_tokens']} tokens, {from_run['tokens_per_block']} per block, "
+        f"p50 {p50['tokens']} tokens: {p50['blocks_per_request']} blocks, {p50['requests']} requests"
+    )
+    assert abs(p50["blocks_per_request"] - 16) <= 1, p50
+    assert p50["requests"] in (predicted, predicted + 1), p50

