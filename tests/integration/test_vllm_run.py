@@ -88,7 +88,13 @@ def preempting_run(tmp_path_factory):
         )  # fmt: skip
         assert rc == 0, log
         after = Counters.read(server.metrics())
-    yield stated, load(tmp / "b"), before, after, log, (pub, replay)
+    bundle = load(tmp / "b")
+    kv_line = next((x for x in log.splitlines() if x.startswith("kv events: ")), "no kv events line")
+    print(
+        f"vLLM run: {len(bundle.requests)} requests, {bundle.run['spans']['join']['joined']} joined to "
+        f"their span, {after.preemptions - before.preemptions:.0f} preemptions by vLLM's counter; {kv_line}"
+    )
+    yield stated, bundle, before, after, log, (pub, replay)
 
 
 def test_the_server_states_its_publisher_as_kvscope_reads_it(preempting_run):
