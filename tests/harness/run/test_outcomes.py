@@ -90,7 +90,10 @@ def test_a_target_killed_mid_run_exits_4_within_seconds_with_few_failures_after(
     assert _last_line(log).startswith(
         "kvscope run: exit 4 (target_unreachable): the target stopped answering"
     )
-    assert load(out).summary["errors"]["by_class"].get("connect_error", 0) > 0
+    # The loss is recorded as what the users met: connections refused, or streams cut by the
+    # kill (a suite run saw only 3 cut streams: the run had stopped before any user reconnected)
+    errors = load(out).summary["errors"]["by_class"]
+    assert errors.get("connect_error", 0) + errors.get("stream_error", 0) > 0, errors
     assert leftover_children(out / "run.json") == []
 
 
