@@ -162,8 +162,12 @@ def _role(runner: Any) -> Role:
 def drain_local(ctx: RunContext) -> None:
     """Stop starting requests, let the in-flight ones finish (bounded), send the last batch.
 
-    Waits once per test: a worker drained by the master is stopped again by Locust right
-    after, and must not wait a second --drain-timeout while the master is already leaving.
+    Requests still in flight when --drain-timeout runs out are ended here, so their "aborted"
+    records are in that last batch: left to Locust's own stop, they would be recorded after
+    the worker has acknowledged the drain, when the master may already be gone, and the run
+    would lose them without a word. Waits once per test: a worker drained by the master is
+    stopped again by Locust right after, and must not wait a second --drain-timeout while
+    the master is already leaving.
     """
     if not ctx.draining:
         ctx.draining = True
@@ -173,8 +177,17 @@ def drain_local(ctx: RunContext) -> None:
                 ctx.in_flight,
                 ctx.opts.drain_timeout,
             )
+            _kill_users(ctx)
     if ctx.sender is not None:
         ctx.sender.flush()
+
+
+def _kill_users(ctx: RunContext) -> None:
+    """End this process's users now; `LLMUser.send` records each one's request in flight as
+    aborted on the way out (bounded: a user that ignores the kill is left to Locust)."""
+    greenlets = getattr(ctx.environment.runner, "user_greenlets", None)
+    if greenlets is not None:
+        greenlets.kill(block=True, timeout=ABORT_KILL_S)
 
 
 def abort_local(ctx: RunContext) -> None:
@@ -182,10 +195,7 @@ def abort_local(ctx: RunContext) -> None:
     as aborted (their users are killed; `LLMUser.send` records the abort on the way out),
     and every record is sent to the master at once, so a fast stop loses none."""
     ctx.aborting = ctx.draining = True
-    runner = ctx.environment.runner
-    greenlets = getattr(runner, "user_greenlets", None)
-    if greenlets is not None:
-        greenlets.kill(block=True, timeout=ABORT_KILL_S)
+    _kill_users(ctx)
     if ctx.sender is not None:
         ctx.sender.flush()
 

@@ -11,9 +11,9 @@ flight would vanish from Locust's statistics and from the records while the serv
 it as an abort, and in a distributed run the master quits 0.5 s after telling the workers
 to, before their last batch arrives. So on `test_stopping` (fired before any user is
 stopped) the master tells every worker to drain: users stop starting requests, the
-in-flight ones finish (up to --drain-timeout; any still running then are recorded as
-"aborted" as Locust kills them), the last batch and Locust's stats are sent, then the
-worker acknowledges. The master waits for every acknowledgement (bounded), then lets
+in-flight ones finish (up to --drain-timeout; the worker ends any still running then, and
+records them as "aborted"), the last batch and Locust's stats are sent, then the worker
+acknowledges. The master waits for every acknowledgement (bounded), then lets
 Locust stop. Message order on the worker->master socket guarantees the records arrive
 before the acknowledgement.
 """

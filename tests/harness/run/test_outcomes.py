@@ -159,3 +159,21 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_every_record(tmp_path):
     assert len(r.requests) == received and int(r.requests["ok"].sum()) == served, (received, served)
     assert set(r.requests.loc[~r.requests["ok"], "error_class"]) <= {"aborted"}
     assert r.run["exit"]["code"] == 130 and r.run["exit"]["reason"]["code"] == "interrupted"
+
+
+def test_requests_a_timed_out_drain_cuts_are_recorded_as_aborted(tmp_path):
+    """Streams of 8 s, a 1 s drain: the requests in flight at the end are ended by the drain,
+    and each has a record ("aborted"), so every request the server received is in the bundle
+    (they were lost when the worker's users were left to Locust's stop, after the worker had
+    acknowledged the drain and the master had gone)."""
+    with standin(tmp_path, "ok", gap_s=0.1) as url:
+        rc, log, _ = kvscope_run(
+            "--target", url, *SHORT, "--users", "4", "--spawn-rate", "100", "--duration", "3s",
+            "--output-tokens", "80", "--drain-timeout", "1", "--out", str(tmp_path / "b"),
+        )  # fmt: skip
+        received = _counter(url, "standin_requests_received")
+    r = load(tmp_path / "b")
+    aborted = r.requests[r.requests["error_class"] == "aborted"]
+    assert len(r.requests) == received and len(aborted) == 4, (received, r.requests["error_class"])
+    assert (~r.requests["ok"]).sum() == len(aborted)
+    assert rc == 3 and "aborted 4" in _last_line(log), log
