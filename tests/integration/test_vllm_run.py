@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,25 @@ class Counters:
         )
 
 
+def _warm_up(server) -> None:
+    """One request of the run's size before the counters are read, so whatever a first request
+    costs a fresh server is not paid inside the run's 40 s (a CI run once completed 3 requests
+    in them)."""
+    body = {"model": server.model, "prompt": "the cache " * 150, "max_tokens": 16, "ignore_eos": True}
+    request = urllib.request.Request(
+        server.url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=300) as resp:
+        assert json.loads(resp.read())["usage"]["completion_tokens"] == 16
+
+
+def _progress_lines(log: Path) -> list[str]:
+    """vLLM logs its throughput, running and waiting requests and KV usage every 10 s: shown
+    beside the run's figures, they tell a slow server from a stalled one."""
+    lines = log.read_text(errors="replace").splitlines()
+    return [line for line in lines if "Avg generation throughput" in line][-12:]
+
+
 def _kv_config(endpoint: str, replay: str) -> str:
     return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": endpoint,
                        "replay_endpoint": replay, "topic": "kv"})  # fmt: skip
@@ -79,6 +99,7 @@ def preempting_run(tmp_path_factory):
         "--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces", env=SPAN_ENV,
     ) as server:  # fmt: skip
         stated = server.get_json("/kv_event_sources")
+        _warm_up(server)
         before = Counters.read(server.metrics())
         rc, log, _ = kvscope_run(
             "--target", server.url, "--workload", "shared_prefix", "--users", "8", "--duration", "40s",
@@ -90,9 +111,12 @@ def preempting_run(tmp_path_factory):
         after = Counters.read(server.metrics())
     bundle = load(tmp / "b")
     kv_line = next((x for x in log.splitlines() if x.startswith("kv events: ")), "no kv events line")
+    classes = bundle.requests["error_class"].value_counts().to_dict()
     print(
-        f"vLLM run: {len(bundle.requests)} requests, {bundle.run['spans']['join']['joined']} joined to "
-        f"their span, {after.preemptions - before.preemptions:.0f} preemptions by vLLM's counter; {kv_line}"
+        f"vLLM run: {len(bundle.requests)} requests (failed: {classes or 'none'}), "
+        f"{bundle.run['spans']['join']['joined']} joined to their span, "
+        f"{after.preemptions - before.preemptions:.0f} preemptions by vLLM's counter; {kv_line}\n"
+        "vLLM's own progress lines:\n" + "\n".join(_progress_lines(server.log))
     )
     yield stated, bundle, before, after, log, (pub, replay)
 
