@@ -128,18 +128,18 @@ def _peak_off(obs, index: int, tokens: int, pool: int):
 
 def test_a_token_pool_read_a_token_off_one_peak_is_still_one_token_per_block_and_says_so():
     # llama.cpp's slots count tokens: a peak lasts one decode step, and a loaded machine's read
-    # can land a token short of it (or on the final token)
+    # can land a few tokens short of it (or on the final token)
     stated = StatedPool("llamacpp", block_size=1, max_model_len=2048)
-    for off in (-1, 1, -2):
+    for off in (-1, 1, -2, -7):
         fit = fit_pool(_peak_off(observed(8192, 1, max_kv=2047), 1, off, 8192), stated)
         assert (fit.tokens_per_block, fit.fixed_blocks, fit.whole_blocks) == (1, 0, True)
         assert fit.capacity_tokens == 8192
         assert [f.code for f in fit.findings] == [F.PEAK_READ_LAG]
 
 
-def test_read_lag_is_no_excuse_for_three_tokens_or_for_block_pools():
+def test_read_lag_is_no_excuse_for_nine_tokens_or_for_block_pools():
     stated = StatedPool("llamacpp", block_size=1, max_model_len=2048)
-    fit = fit_pool(_peak_off(observed(8192, 1, max_kv=2047), 1, -3, 8192), stated)
+    fit = fit_pool(_peak_off(observed(8192, 1, max_kv=2047), 1, -9, 8192), stated)
     assert not fit.whole_blocks and F.NOT_WHOLE_BLOCKS in [f.code for f in fit.findings]
     # a 16-token pool holds its peak for 16 decode steps: one block off is no read lag
     fit = fit_pool(_peak_off(observed(63, 16), 1, -1, 63), BUNDLED_64)
