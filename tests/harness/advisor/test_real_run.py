@@ -25,14 +25,16 @@ def kvscope(*args: str) -> subprocess.CompletedProcess:
 def preempting_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "b"
     # Closed loop: 16 requests of ~160 tokens (10 blocks) always in flight against a 40-block
-    # pool preempts however fast or slow the machine is (an open-loop rate would not).
+    # pool preempts however fast or slow the machine is (an open-loop rate would not). 30 s, not
+    # 15: the TTFT p99 of a short run is a handful of requests that met one busy moment of the
+    # machine (see the fidelity test below).
     rc, log, _ = kvscope_run(
         "--workload",
         "long_context",
         "--users",
         "16",
         "--duration",
-        "15s",
+        "30s",
         "--prompt-tokens",
         "64",
         "--output-tokens",
@@ -90,8 +92,11 @@ def test_the_replay_of_the_run_as_it_was_reproduces_its_preemptions_and_ttft_tai
     benchmarks/replay_fidelity.py): closed loop, step times fitted to the engine's own timings
     with the speed drift and stalls of a shared machine, the replay reproduces the run's
     preemptions within 25%, and its TTFT p99 within 50%: tiny-random's steps last a few ms, so
-    on a loaded 2-core machine the scheduler's jitter is a large share of each (two 15 s runs measured
-    -10% and -23% with the stalls replayed, one -42% before; the 25% bound is the benchmark's)."""
+    on a loaded 2-core machine the scheduler's jitter is a large share of each. The replay comes
+    out short of the run's tail when the machine was busy in bursts: beside CPU bursts of 50-400
+    ms (three processes), 15 s runs measured -22%, -16%, -7%, and one in a full suite -71%; 30 s
+    runs -8%, -8%, -10% (their p99 is no longer a few requests of one busy moment). The 25%
+    bound is the benchmark's, on a quiet machine."""
     advice = json.loads((preempting_run / "advice.json").read_text())
     fidelity = advice["fidelity"]
     assert abs(fidelity["preemption_error"]) <= 0.25, fidelity
