@@ -107,7 +107,6 @@ def preempting_run(tmp_path_factory):
             "--no-calibrate", "--no-advise", "--otlp-listen", f"127.0.0.1:{otlp_port}", "--kv-events", "auto",
             "--out", str(tmp / "b"), timeout_s=400,
         )  # fmt: skip
-        assert rc == 0, log
         after = Counters.read(server.metrics())
     bundle = load(tmp / "b")
     kv_line = next((x for x in log.splitlines() if x.startswith("kv events: ")), "no kv events line")
@@ -118,6 +117,7 @@ def preempting_run(tmp_path_factory):
         f"{after.preemptions - before.preemptions:.0f} preemptions by vLLM's counter; {kv_line}\n"
         "vLLM's own progress lines:\n" + "\n".join(_progress_lines(server.log))
     )
+    assert rc == 0, log  # after the figures above, which a failure shows
     yield stated, bundle, before, after, log, (pub, replay)
 
 
