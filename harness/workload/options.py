@@ -142,7 +142,8 @@ COMMON: tuple[Option, ...] = (
         "--drain-timeout",
         float,
         DRAIN_TIMEOUT_S,
-        "at the end, seconds to let in-flight requests finish (they are recorded; new ones are not sent)",
+        "at the end, seconds to let in-flight requests finish (they are recorded; new ones are not "
+        "sent); any still running then are ended and recorded as failed, error class 'aborted'",
     ),
     Option(
         "--no-traceparent",
