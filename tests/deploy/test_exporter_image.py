@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,8 +39,8 @@ def dockerfile_entrypoint() -> list[str]:
     return json.loads(line)
 
 
-def build_context(dest: Path) -> Path:
-    """The repository as `docker build .` sends it: what .dockerignore leaves."""
+def dockerignored() -> Callable[[str, bool], bool]:
+    """Whether .dockerignore leaves a name out of the build context (at the top, or deeper)."""
     patterns = [
         line.strip()
         for line in (ROOT / ".dockerignore").read_text().splitlines()
@@ -49,12 +50,42 @@ def build_context(dest: Path) -> Path:
     top = [p for p in patterns if not p.startswith("**/")]
     assert all("/" not in p and not p.startswith("!") for p in top + nested), "only simple patterns here"
 
+    def ignored(name: str, at_top: bool) -> bool:
+        return any(fnmatch.fnmatch(name, p) for p in nested + (top if at_top else []))
+
+    return ignored
+
+
+def build_context(dest: Path) -> Path:
+    """The repository as `docker build .` sends it: what .dockerignore leaves."""
+    ignored = dockerignored()
+
     def ignore(folder: str, names: list[str]) -> set[str]:
-        at_top = Path(folder) == ROOT
-        return {n for n in names if any(fnmatch.fnmatch(n, p) for p in nested + (top if at_top else []))}
+        return {n for n in names if ignored(n, Path(folder) == ROOT)}
 
     shutil.copytree(ROOT, dest, ignore=ignore)
     return dest
+
+
+def test_the_build_context_leaves_out_what_git_ignores():
+    # The test command puts venvs of several GB in the checkout (.venv-vllm): one that reaches
+    # the build context is copied into every image build and filled a CI machine's disk.
+    names = {p.name for p in ROOT.iterdir()}
+    for line in (ROOT / ".gitignore").read_text().splitlines():
+        pattern = line.strip().strip("/")
+        if pattern and not pattern.startswith("#") and "/" not in pattern:
+            names.add(pattern.replace("*", "x"))
+    checked = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        input="\n".join(sorted(names)),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    git_ignored = set(checked.stdout.split())
+    assert {".venv", ".venv-vllm", "x.gguf"} <= git_ignored
+    ignored = dockerignored()
+    assert sorted(n for n in git_ignored if not ignored(n, True)) == []
 
 
 @pytest.mark.slow
