@@ -17,7 +17,7 @@ import aiohttp
 from exporter.dialects.probe import KVLayout
 from harness.bundle.finding import Finding
 from harness.probe.assemble import finish
-from harness.probe.ladder import DEFAULT_MAX_KV_TOKENS, ladder
+from harness.probe.ladder import DEFAULT_MAX_KV_TOKENS, Rung, ladder
 from harness.probe.lone_request import observe
 from harness.probe.observation import RequestObservation
 from harness.probe.reader import PoolReader, ReadError
@@ -105,21 +105,38 @@ async def _climb(
     headers: dict[str, str],
     say: Callable[[str], None],
 ) -> list[RequestObservation]:
-    """The ladder's requests, one at a time, each observed alone."""
+    """The ladder's requests, one at a time, each observed alone. A request whose usage was
+    never seen above idle is sent once more: on a busy machine the reads can miss a short
+    request's whole life, and the ladder has one rung that crosses a block mid-decode."""
     rungs = ladder(probe_limit(stated, settings.max_kv_tokens))
     rng = random.Random(settings.seed)
     obs: list[RequestObservation] = []
     for i, rung in enumerate(rungs):
         say(f"request {i + 1}/{len(rungs)}: prompt {rung.prompt_tokens} + output {rung.output_tokens}")
-        try:
-            o = await observe(session, settings.target, model, rung, reader, rng, headers)
-        except ReadError as exc:
-            tokens = (rung.prompt_tokens, rung.output_tokens)
-            o = RequestObservation(*tokens, *tokens, error=str(exc))
+        o = await _observe(session, settings, reader, model, rung, rng, headers)
+        if not o.error and not o.peak_usage:
+            say(f"  usage never rose over {o.readings} readings; sending it again")
+            o = await _observe(session, settings, reader, model, rung, rng, headers)
         obs.append(o)
         failed = f"; {o.error}" if o.error else ""
         say(f"  peak usage {(o.peak_usage or 0):.4%} over {o.readings} readings{failed}")
     return obs
+
+
+async def _observe(
+    session: aiohttp.ClientSession,
+    settings: LiveSettings,
+    reader: PoolReader,
+    model: str,
+    rung: Rung,
+    rng: random.Random,
+    headers: dict[str, str],
+) -> RequestObservation:
+    try:
+        return await observe(session, settings.target, model, rung, reader, rng, headers)
+    except ReadError as exc:
+        tokens = (rung.prompt_tokens, rung.output_tokens)
+        return RequestObservation(*tokens, *tokens, error=str(exc))
 
 
 async def _json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> object:

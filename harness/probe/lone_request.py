@@ -8,7 +8,8 @@ block by block to its peak, which lasts at least a block of decode steps (`ladde
 
 Reads are paced to a quarter of the time until the last DENSE_TAIL output tokens, then back
 to back: the peak's last block may be held for as few as 16 decode steps (16-token blocks),
-and a read missed there reads the request one block short.
+and a read missed there reads the request one block short. A pause is never longer than
+MAX_READ_PAUSE_S: paced to a read that one busy moment made slow, it would outlast the request.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ REQUEST_TIMEOUT_S = 600.0
 # of decode steps still gets several reads.
 READ_PAUSE_FACTOR = 3.0
 MIN_READ_PAUSE_S = 0.002
+# On a busy 2-core machine one /metrics read of vLLM took seconds; three times that let a
+# 193-token request (vLLM on CPU: a few seconds) finish unread: 1 reading, usage never rose.
+MAX_READ_PAUSE_S = 0.25
 DENSE_TAIL = 48  # output tokens before the end from which reads go back to back
 
 
@@ -83,7 +87,8 @@ async def _poll(reader: PoolReader, out: _Stream, output_tokens: int) -> None:
         except ReadError:
             pass  # one missed read; the next may answer
         paced = out.chunks < dense_from
-        await asyncio.sleep(READ_PAUSE_FACTOR * (loop.time() - start) if paced else MIN_READ_PAUSE_S)
+        pause = min(READ_PAUSE_FACTOR * (loop.time() - start), MAX_READ_PAUSE_S)
+        await asyncio.sleep(pause if paced else MIN_READ_PAUSE_S)
 
 
 def _delta(after: float | None, before: float | None) -> float | None:

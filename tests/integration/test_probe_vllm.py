@@ -46,7 +46,8 @@ def probed(vllm):
 def test_the_probe_measures_128_token_blocks_and_the_stated_pool_less_the_null_block(probed):
     assert probed["tokens_per_block"] == 128 and probed["fixed_blocks"] == 0 and probed["whole_blocks"]
     assert probed["usable_blocks"] == BLOCKS - 1
-    assert probed["usable_blocks_source"].startswith("measured")  # from usage's one-block steps
+    # from usage's one-block steps; else the findings and observations say which reads fell short
+    assert probed["usable_blocks_source"].startswith("measured"), (probed["findings"], probed["observations"])
     assert probed["stated"]["num_blocks"] == BLOCKS and probed["stated"]["block_size"] == 128
     assert probed["capacity_tokens"] == (BLOCKS - 1) * 128
     assert probed["stated_capacity_tokens"] == BLOCKS * 128  # vLLM's kv_cache_size_tokens
