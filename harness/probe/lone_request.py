@@ -36,6 +36,10 @@ MIN_READ_PAUSE_S = 0.002
 # 193-token request (vLLM on CPU: a few seconds) finish unread: 1 reading, usage never rose.
 MAX_READ_PAUSE_S = 0.25
 DENSE_TAIL = 48  # output tokens before the end from which reads go back to back
+# A server may count the previous request as running (and its blocks as held) a moment after
+# its stream ended: the next one waits, this long at most, for none to be running.
+IDLE_WAIT_S = 5.0
+IDLE_POLL_S = 0.05
 
 
 def unique_prompt(rng: random.Random, n: int) -> list[int]:
@@ -91,6 +95,17 @@ async def _poll(reader: PoolReader, out: _Stream, output_tokens: int) -> None:
         await asyncio.sleep(pause if paced else MIN_READ_PAUSE_S)
 
 
+async def idle_reading(reader: PoolReader) -> PoolReading:
+    """A reading with no request running (or the last one read in IDLE_WAIT_S)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + IDLE_WAIT_S
+    reading = await reader.read()
+    while reading.running and loop.time() < deadline:
+        await asyncio.sleep(IDLE_POLL_S)
+        reading = await reader.read()
+    return reading
+
+
 def _delta(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else after - before
 
@@ -105,7 +120,7 @@ async def observe(
     headers: dict[str, str] | None = None,
 ) -> RequestObservation:
     """Send one rung alone and read the pool while it lives (ReadError: no idle reading)."""
-    before = await reader.read()
+    before = await idle_reading(reader)
     body = {
         "model": model,
         "prompt": unique_prompt(rng, rung.prompt_tokens),
