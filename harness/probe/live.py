@@ -107,7 +107,8 @@ async def _climb(
 ) -> list[RequestObservation]:
     """The ladder's requests, one at a time, each observed alone. A request whose usage was
     never seen above idle is sent once more: on a busy machine the reads can miss a short
-    request's whole life, and the ladder has one rung that crosses a block mid-decode."""
+    request's whole life, and with 128-token blocks only one rung climbs a block mid-decode,
+    the step the pool's block count is read from."""
     rungs = ladder(probe_limit(stated, settings.max_kv_tokens))
     rng = random.Random(settings.seed)
     obs: list[RequestObservation] = []
@@ -132,6 +133,7 @@ async def _observe(
     rng: random.Random,
     headers: dict[str, str],
 ) -> RequestObservation:
+    """`observe`, with a pool that could not be read recorded as the request's error."""
     try:
         return await observe(session, settings.target, model, rung, reader, rng, headers)
     except ReadError as exc:
