@@ -115,7 +115,7 @@ async def _climb(
     for i, rung in enumerate(rungs):
         say(f"request {i + 1}/{len(rungs)}: prompt {rung.prompt_tokens} + output {rung.output_tokens}")
         o = await _observe(session, settings, reader, model, rung, rng, headers)
-        if not o.error and not o.peak_usage:
+        if o.unread:
             say(f"  usage never rose over {o.readings} readings; sending it again")
             o = await _observe(session, settings, reader, model, rung, rng, headers)
         obs.append(o)

@@ -50,6 +50,12 @@ class RequestObservation:
         output token is returned, never fed back)."""
         return self.prompt_tokens + max(self.output_tokens, 1) - 1
 
+    @property
+    def unread(self) -> bool:
+        """Answered and not preempted, yet never read above the idle level: no read caught it
+        alive, or the server's metric does not count it."""
+        return not self.error and not self.peak_usage and not (self.preemptions or 0) > 0
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["kv_tokens"] = self.kv_tokens

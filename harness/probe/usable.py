@@ -16,7 +16,7 @@ def usable_points(obs: Sequence[RequestObservation]) -> tuple[list[RequestObserv
     failed = [o for o in obs if o.error]
     preempted = [o for o in obs if not o.error and (o.preemptions or 0) > 0]
     crowded = [o for o in obs if not o.error and (o.max_running or 0) > 1]
-    flat = [o for o in obs if not o.error and not o.peak_usage and o not in preempted]
+    flat = [o for o in obs if o.unread]
     if failed:
         notes.append(
             Finding("probe_request_failed", f"{len(failed)} ladder request(s) failed: {failed[0].error}")
