@@ -51,10 +51,15 @@ class RequestObservation:
         return self.prompt_tokens + max(self.output_tokens, 1) - 1
 
     @property
+    def preempted(self) -> bool:
+        """Answered, after the server preempted it (the pool could not hold it alone)."""
+        return not self.error and (self.preemptions or 0) > 0
+
+    @property
     def unread(self) -> bool:
         """Answered and not preempted, yet never read above the idle level: no read caught it
         alive, or the server's metric does not count it."""
-        return not self.error and not self.peak_usage and not (self.preemptions or 0) > 0
+        return not self.error and not self.peak_usage and not self.preempted
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

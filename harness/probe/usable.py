@@ -14,7 +14,7 @@ def usable_points(obs: Sequence[RequestObservation]) -> tuple[list[RequestObserv
     """The observations a fit may use, and a finding for each kind that it may not."""
     notes: list[Finding] = []
     failed = [o for o in obs if o.error]
-    preempted = [o for o in obs if not o.error and (o.preemptions or 0) > 0]
+    preempted = [o for o in obs if o.preempted]
     crowded = [o for o in obs if not o.error and (o.max_running or 0) > 1]
     flat = [o for o in obs if o.unread]
     if failed:
